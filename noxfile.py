@@ -1,0 +1,31 @@
+"""Sessions for tests, lint, benchmarks, the learning demonstration and sweeps.
+
+Sessions run in the current environment (``venv_backend="none"``): install verlog once with
+``pip install torch==2.13.0 -e ".[train,dev]"`` and every session uses it.
+"""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.default_venv_backend = "none"
+nox.options.sessions = ["lint", "tests"]
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """The test suite (pytest); extra arguments go to pytest."""
+    session.run("python", "-m", "pytest", "-q", *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff check and ruff format --check."""
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session
+def bench_envs(session: nox.Session) -> None:
+    """Steps/s of raw games, text envs and vector envs; Crafter reset time."""
+    session.run("python", "benchmarks/envs.py", *session.posargs)

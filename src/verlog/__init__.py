@@ -1,0 +1,24 @@
+"""verlog: long-horizon agentic games as Gymnasium text envs, and a turn-level PPO learner for LLM agents.
+
+``import verlog`` registers every ``verlog/...`` env id; it imports neither torch nor any model code.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from verlog.envs.registration import register_envs
+
+__version__ = "0.1.0"
+__all__ = ["make_vec", "register_envs"]
+
+register_envs()
+
+
+def __getattr__(name: str) -> Any:
+    # Keep `import verlog` light: the vector module is only imported when it is used.
+    if name == "make_vec":
+        from verlog.vector import make_vec
+
+        return make_vec
+    raise AttributeError(f"module 'verlog' has no attribute {name!r}")

@@ -1,0 +1,7 @@
+"""The games, as Gymnasium text environments (floor 1: no torch, no models)."""
+
+from verlog.envs.base import INFO_KEYS, TextEnv
+from verlog.envs.parsing import ParsedAction, parse_action
+from verlog.envs.registration import register_envs
+
+__all__ = ["INFO_KEYS", "ParsedAction", "TextEnv", "parse_action", "register_envs"]

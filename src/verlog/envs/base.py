@@ -1,0 +1,154 @@
+"""The text-env contract, written once for every game.
+
+A game subclasses :class:`TextEnv` and fills in four hooks (``_new_episode``, ``_apply``, ``_instruction``,
+``_progression``). Everything an agent or a learner relies on lives here, so it holds for every game alike:
+
+* the observation is a ``str`` a person can read; the action is a ``str``, the model's raw output;
+* ``reset(seed=s)`` fully determines the episode: the game draws only from ``self.np_random``;
+* the response is parsed by :func:`verlog.envs.parsing.parse_action`; an invalid one never raises: the game's
+  default action runs, the step is counted in ``info["invalid_actions"]``, ``invalid_action_penalty`` is
+  *added* to that step's reward, and (when ``invalid_action_feedback``) a short note goes in front of the
+  returned observation;
+* ``info`` always carries :data:`INFO_KEYS` next to the game's own fields.
+"""
+
+from __future__ import annotations
+
+import string
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import gymnasium as gym
+from gymnasium import spaces
+
+from verlog.envs.parsing import ParsedAction, parse_action
+
+__all__ = ["INFO_KEYS", "PRINTABLE", "TextEnv", "text_space"]
+
+#: Every character a text observation or action may hold: printable ASCII plus whitespace.
+PRINTABLE = string.printable
+#: Keys present in every ``info`` of every verlog env, at reset and at every step.
+INFO_KEYS = (
+    "instruction",
+    "valid_actions",
+    "action_valid",
+    "executed_action",
+    "progression",
+    "invalid_actions",
+)
+
+
+def text_space(max_length: int) -> spaces.Text:
+    """A Text space that holds sentences (Gymnasium's default charset is alphanumeric only)."""
+    return spaces.Text(max_length=max_length, min_length=0, charset=PRINTABLE)
+
+
+class TextEnv(gym.Env[str, str], ABC):
+    """Base class of every verlog game: str observations in, raw model text out.
+
+    Subclasses set :attr:`actions` and :attr:`default_action` (and optionally :attr:`synonyms`) and implement
+    the four hooks. ``render_mode="ansi"`` returns the current observation text unless a game overrides
+    :meth:`render`.
+    """
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "render_fps": 4}
+    #: Canonical action names, in the game's own action order.
+    actions: ClassVar[tuple[str, ...]] = ()
+    #: The action that runs when a response names none.
+    default_action: ClassVar[str] = ""
+    #: Lenient-mode phrases (any case/punctuation) mapped to canonical action names.
+    synonyms: ClassVar[Mapping[str, str]] = {}
+    #: Longest observation the env can produce (sets ``observation_space``).
+    max_observation_chars: ClassVar[int] = 8192
+    #: Longest response sampled by ``action_space.sample()``; longer responses are accepted all the same.
+    max_action_chars: ClassVar[int] = 1024
+
+    def __init__(
+        self,
+        *,
+        invalid_action_penalty: float = 0.0,
+        invalid_action_feedback: bool = True,
+        strict_parsing: bool = False,
+        render_mode: str | None = None,
+    ) -> None:
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(
+                f"render_mode={render_mode!r} is not supported by {type(self).__name__}; "
+                f"choose one of {self.metadata['render_modes']}"
+            )
+        self.render_mode = render_mode
+        self.invalid_action_penalty = float(invalid_action_penalty)
+        self.invalid_action_feedback = bool(invalid_action_feedback)
+        self.strict_parsing = bool(strict_parsing)
+        self.observation_space = text_space(self.max_observation_chars)
+        self.action_space = text_space(self.max_action_chars)
+        self._observation = ""
+        self._invalid_actions = 0
+
+    # ------------------------------------------------------------------ game hooks
+    @abstractmethod
+    def _new_episode(self) -> tuple[str, dict[str, Any]]:
+        """Build a new episode from ``self.np_random``; return its first observation text and game info."""
+
+    @abstractmethod
+    def _apply(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """Run one canonical action; return ``(text, reward, terminated, truncated, game_info)``."""
+
+    @abstractmethod
+    def _instruction(self) -> str:
+        """The task prompt for the current episode (system prompt of the agent)."""
+
+    @abstractmethod
+    def _progression(self) -> float:
+        """BALROG's progression of the current episode, in [0, 1]."""
+
+    # ------------------------------------------------------------------ the contract
+    def parse(self, response: object) -> ParsedAction:
+        """Parse a model response the way :meth:`step` does, without stepping."""
+        return parse_action(response, self.actions, self.default_action, self.strict_parsing, self.synonyms)
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        super().reset(seed=seed, options=options)
+        self._invalid_actions = 0
+        text, game_info = self._new_episode()
+        self._observation = text
+        return text, self._info(game_info, valid=True, executed="")
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        parsed = self.parse(action)
+        text, reward, terminated, truncated, game_info = self._apply(parsed.action)
+        reward = float(reward)
+        if not parsed.valid:
+            self._invalid_actions += 1
+            reward += self.invalid_action_penalty
+            if self.invalid_action_feedback:
+                text = self.invalid_action_note(parsed) + text
+        self._observation = text
+        return text, reward, terminated, truncated, self._info(game_info, parsed.valid, parsed.action)
+
+    def invalid_action_note(self, parsed: ParsedAction) -> str:
+        """The note put in front of the observation after an invalid response."""
+        return (
+            "Your previous response did not name a valid action, "
+            f"so the default action '{parsed.action}' was executed.\n\n"
+        )
+
+    def render(self) -> str | None:
+        if self.render_mode == "ansi":
+            return self._observation
+        return None
+
+    def _info(self, game_info: dict[str, Any], valid: bool, executed: str) -> dict[str, Any]:
+        info = dict(game_info)
+        info.update(
+            instruction=self._instruction(),
+            valid_actions=list(self.actions),
+            action_valid=valid,
+            executed_action=executed,
+            progression=float(self._progression()),
+            invalid_actions=self._invalid_actions,
+        )
+        return info

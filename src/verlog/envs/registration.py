@@ -1,0 +1,50 @@
+"""One function registers every ``verlog/...`` id with Gymnasium (Minigrid style: variants are kwargs)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gymnasium.envs.registration import register, registry
+
+__all__ = ["BABYAI_TASKS", "register_envs"]
+
+#: BabyAI task kinds, as BALROG names them, and the id suffix each is registered under.
+BABYAI_TASKS = {
+    "goto": "GoTo",
+    "pickup": "Pickup",
+    "open": "Open",
+    "putnext": "PutNext",
+    "pick_up_seq_go_to": "PickUpSeqGoTo",
+}
+
+
+def _register(env_id: str, entry_point: str, description: str, **kwargs: Any) -> None:
+    if env_id in registry:
+        return
+    register(id=env_id, entry_point=entry_point, kwargs=kwargs, disable_env_checker=False)
+    registry[env_id].description = description  # shown by `verlog list`
+
+
+def register_envs() -> None:
+    """Register every verlog env id. Importing :mod:`verlog` calls this; calling it again is harmless."""
+    # --- BabyAI: the five MixedTrainLocal task kinds, and a mix drawn per reset
+    for task, suffix in BABYAI_TASKS.items():
+        _register(
+            f"verlog/BabyAI-{suffix}-v0",
+            "verlog.envs.babyai:BabyAITextEnv",
+            f"BabyAI {task.replace('_', ' ')} (BALROG MixedTrainLocal), text observations",
+            task=task,
+        )
+    _register(
+        "verlog/BabyAI-Mixed-v0",
+        "verlog.envs.babyai:BabyAITextEnv",
+        "BabyAI, one of the five task kinds drawn per reset",
+        task=tuple(BABYAI_TASKS),
+    )
+
+    # --- Crafter
+    _register(
+        "verlog/Crafter-v0",
+        "verlog.envs.crafter:CrafterTextEnv",
+        "Crafter (BALROG settings), text observations, progression = achievements / 22",
+    )
