@@ -29,3 +29,9 @@ def lint(session: nox.Session) -> None:
 def bench_envs(session: nox.Session) -> None:
     """Steps/s of raw games, text envs and vector envs; Crafter reset time."""
     session.run("python", "benchmarks/envs.py", *session.posargs)
+
+
+@nox.session
+def bench_gae(session: nox.Session) -> None:
+    """Vectorised dual-discount GAE vs the per-token loop: agreement and speed (T=16, N=128, R sweep)."""
+    session.run("python", "benchmarks/gae.py", *session.posargs)
