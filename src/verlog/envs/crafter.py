@@ -1,0 +1,454 @@
+"""Crafter as a text environment, with BALROG's settings and (current) text format.
+
+The game is :class:`crafter.Env` itself with BALROG's settings (64×64 world, 9×9 view, 256 px images,
+``reward=True``); only what the agent sees is ours. Decisions a user should know:
+
+* **No pixels unless asked.** Crafter renders a 256×256 image on every step, about 85 % of its step time.
+  We keep crafter's step and swap only its ``_obs`` hook, so the image is never drawn; ``render()`` draws it on
+  demand when ``render_mode="rgb_array"``. Crafter's night-time image noise draws from the world's random
+  stream, so the hook makes that same draw (cheap) at night: the world evolves exactly as in raw Crafter, and
+  calling ``render()`` (which restores the stream afterwards) never changes the future.
+* **Determinism.** Each ``reset`` draws ``world_seed`` from ``self.np_random``; the episode is then the
+  first episode of ``crafter.Env(seed=world_seed)`` (crafter seeds its world with ``hash((seed, episode))``,
+  and a tuple of ints hashes the same in every process). Crafter itself is *not* deterministic given its
+  seed: every 10 steps it may despawn a creature picked by index from a ``set`` ordered by memory address,
+  so two runs (or a pickled copy) drift apart within tens of steps. We hand it the chunk's creatures in
+  creation order instead. So ``reset(seed=s)`` fixes the map, the creatures and the whole future under the
+  same actions (BALROG's doesn't), and the game is otherwise crafter's, step for step.
+* **No hidden step at reset.** BALROG runs one ``noop`` inside ``reset`` only to get crafter's ``info``; we
+  build the same fields from the fresh world, so the first observation is crafter's step 0 and
+  ``max_steps`` counts exactly the agent's actions. (BALROG's world is one tick further along: creatures have
+  moved once and the day/night cycle is shifted by one step.)
+* **Episode end.** Death (health 0) *terminates*; ``max_steps`` (2000, BALROG's) *truncates*. Crafter's own
+  10 000-step limit is switched off so the two never disagree.
+* **Text.** BALROG's current format, in the order its prompt shows the current observation: the status and
+  inventory block first, then the sleeping / dead sentence, then the local view: every kind of thing in the
+  9 wide × 7 tall window around the player (crafter's local view), scanned west to east and north to south,
+  the nearest instance of each kind (Manhattan distance; ties keep the first scanned), in order of first
+  appearance, as ``- tree 2 steps to your north-east``; then ``You face <name> at your front.`` Unlike
+  BALROG, the facing cell is read with the right axes and the window is clipped at the map border, so
+  offsets stay correct and cells outside the map are simply absent. ``describe_daylight=True`` adds a
+  day/night sentence (BALROG shows daylight only in the image).
+* **Reset speed.** World generation calls opensimplex noise 4096×~6 times. opensimplex ≥ 0.4 compiles its
+  noise with numba when numba is importable (cached on disk, ``cache=True``), which takes a reset from
+  ~1.3 s to ~60 ms; the first reset of a fresh process loads that cache (~0.6 s, ~2 s the very first time).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, ClassVar
+
+import crafter
+import numpy as np
+from crafter import constants
+
+from verlog.envs.base import TextEnv
+
+__all__ = ["ACHIEVEMENTS", "ACTIONS", "CrafterTextEnv"]
+
+#: BALROG's action names, in crafter's action order (index i runs ``crafter.constants.actions[i]``).
+ACTIONS: tuple[str, ...] = (
+    "Noop",
+    "Move West",
+    "Move East",
+    "Move North",
+    "Move South",
+    "Do",
+    "Sleep",
+    "Place Stone",
+    "Place Table",
+    "Place Furnace",
+    "Place Plant",
+    "Make Wood Pickaxe",
+    "Make Stone Pickaxe",
+    "Make Iron Pickaxe",
+    "Make Wood Sword",
+    "Make Stone Sword",
+    "Make Iron Sword",
+)
+_ACTION_INDEX = {name: index for index, name in enumerate(ACTIONS)}
+
+#: The 22 achievements in the order BALROG's prompt lists them (roughly the order they are reached).
+ACHIEVEMENTS: tuple[str, ...] = (
+    "collect_wood",
+    "place_table",
+    "eat_cow",
+    "collect_sapling",
+    "collect_drink",
+    "make_wood_pickaxe",
+    "make_wood_sword",
+    "place_plant",
+    "defeat_zombie",
+    "collect_stone",
+    "place_stone",
+    "eat_plant",
+    "defeat_skeleton",
+    "make_stone_pickaxe",
+    "make_stone_sword",
+    "wake_up",
+    "place_furnace",
+    "collect_coal",
+    "collect_iron",
+    "make_iron_pickaxe",
+    "make_iron_sword",
+    "collect_diamond",
+)
+
+_VITALS = ("health", "food", "drink", "energy")
+#: Half-width and half-height of the described window: 9 wide × 7 tall, crafter's local view.
+_HALF_W, _HALF_H = 4, 3
+_WINDOW = (2 * _HALF_W + 1, 2 * _HALF_H + 1)
+_CENTER_CELL = _HALF_W * _WINDOW[1] + _HALF_H
+
+
+def _steps(n: int) -> str:
+    return f"{n} step" if n == 1 else f"{n} steps"
+
+
+def _phrase(dx: int, dy: int, precise: bool) -> str:
+    """Where offset (dx, dy) lies, in BALROG's words (x grows east, y grows south)."""
+    ns = "north" if dy < 0 else "south" if dy > 0 else ""
+    we = "west" if dx < 0 else "east" if dx > 0 else ""
+    if precise:
+        parts = [f"{_steps(abs(d))} {word}" for d, word in ((dy, ns), (dx, we)) if word]
+        return " and ".join(parts) if parts else "at your location"
+    return f"{_steps(abs(dx) + abs(dy))} to your {'-'.join(w for w in (ns, we) if w)}"
+
+
+def _window_tables(precise: bool) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Per cell of the 9×7 window (flat index x * 7 + y): its index grid, its distance and its phrase."""
+    dx, dy = np.meshgrid(np.arange(-_HALF_W, _HALF_W + 1), np.arange(-_HALF_H, _HALF_H + 1), indexing="ij")
+    cells = np.arange(dx.size).reshape(dx.shape)
+    distance = (np.abs(dx) + np.abs(dy)).ravel()
+    phrases = [_phrase(int(a), int(b), precise) for a, b in zip(dx.ravel(), dy.ravel(), strict=True)]
+    return cells, distance, phrases
+
+
+def _join(amounts: dict[str, int]) -> str:
+    return " and ".join(f"{n} {item.replace('_', ' ')}" for item, n in amounts.items())
+
+
+def _a(noun: str) -> str:
+    return f"{'an' if noun[0] in 'aeiou' else 'a'} {noun}"
+
+
+def _instruction_text() -> str:
+    """BALROG-style task prompt; costs and requirements are read from crafter's own rule table."""
+    place, make = constants.place, constants.make
+
+    def placing(name: str, what: str) -> str:
+        return f"place {what} on the cell you face (uses {_join(place[name]['uses'])})"
+
+    def making(name: str) -> str:
+        near = " and a ".join(make[name]["nearby"])
+        tool = name.replace("_", " ")
+        return f"craft {_a(tool)} (needs a nearby {near}; uses {_join(make[name]['uses'])})"
+
+    collecting = "; ".join(
+        f"{material} needs {' and '.join(_a(tool.replace('_', ' ')) for tool in info['require'])}"
+        if info["require"]
+        else f"{material} gives {_join(info['receive'])}"
+        for material, info in constants.collect.items()
+        if material in ("tree", "stone", "coal", "iron", "diamond")
+    )
+    descriptions = {
+        "Noop": "do nothing for one step",
+        "Move West": "walk one cell west (left); you turn to face west even if the way is blocked",
+        "Move East": "walk one cell east (right); you turn to face east even if the way is blocked",
+        "Move North": "walk one cell north (up); you turn to face north even if the way is blocked",
+        "Move South": "walk one cell south (down); you turn to face south even if the way is blocked",
+        "Do": (
+            f"interact with the cell you face: collect a material ({collecting}), drink water, attack a "
+            "creature (a cow you defeat is eaten) or eat a ripe plant"
+        ),
+        "Sleep": (
+            "sleep to restore energy; while asleep your actions are ignored, and you wake up when your "
+            "energy is full or when you are hurt"
+        ),
+        "Place Stone": placing("stone", "a stone"),
+        "Place Table": placing("table", "a crafting table"),
+        "Place Furnace": placing("furnace", "a furnace"),
+        "Place Plant": placing("plant", "a sapling") + "; it must be placed on grass",
+        **{name: making(name.lower().removeprefix("make ").replace(" ", "_")) for name in ACTIONS[11:]},
+    }
+    actions = ",\n".join(f"{name}: {descriptions[name]}" for name in ACTIONS)
+    achievements = "\n".join(
+        f"{i}. {name.replace('_', ' ').title()}" for i, name in enumerate(ACHIEVEMENTS, start=1)
+    )
+    return (
+        "You are playing Crafter, a 2D open-world survival game. You see the land around you from above; "
+        "keep your health, food, drink and energy up, gather materials, craft tools and fight off zombies "
+        "and skeletons.\n\n"
+        f"You can take these actions:\n{actions}.\n\n"
+        f"There are {len(ACHIEVEMENTS)} achievements to unlock:\n{achievements}\n\n"
+        "Each turn you get an observation: your status, your inventory, what you see around you and what "
+        "you face. Answer with one action. A history of past actions and observations may come with it. "
+        "Your goal is to unlock as many achievements as possible.\n\n"
+        "PLAY!"
+    )
+
+
+class _HeadlessCrafter(crafter.Env):
+    """``crafter.Env`` that never draws its observation image (see the module docstring)."""
+
+    def __init__(self) -> None:
+        # seed=0: crafter would otherwise draw one from the global numpy RNG; each reset sets it anyway.
+        # length=None: the episode limit is the text env's max_steps, reported as a truncation.
+        super().__init__(area=(64, 64), view=(9, 9), size=(256, 256), reward=True, length=None, seed=0)
+        unit = self._size // self._view
+        self._noise_shape = tuple(int(n) for n in self._local_view._grid * unit)
+
+    def start(self, world_seed: int) -> None:
+        """Start the episode that ``crafter.Env(seed=world_seed).reset()`` would start."""
+        self._seed = world_seed
+        self._episode = 0
+        self.reset()
+
+    def _balance_chunk(self, chunk: tuple[int, int, int, int], objs: Iterable[Any]) -> None:
+        # Crafter keeps each chunk's creatures in a set, ordered by memory address, and despawns
+        # ``creatures[random.randint(n)]``: which one goes differs between processes, copies and runs.
+        # Creation order (the index in the world's object list) makes the choice a function of the seed.
+        index = self._world._obj_map
+        super()._balance_chunk(chunk, sorted(objs, key=lambda obj: index[obj.pos[0], obj.pos[1]]))
+
+    def _obs(self) -> None:
+        # Crafter's night-time image noise draws from the world's random stream, which creatures use next:
+        # make the same draw so the world evolves exactly as with the image.
+        if self._world.daylight < 0.5:
+            self._world.random.uniform(32, 127, self._noise_shape)
+        return None
+
+    def image(self) -> np.ndarray:
+        """The image crafter would show now, drawn without touching the world's random stream."""
+        state = self._world.random.get_state()
+        try:
+            return self.render()
+        finally:
+            self._world.random.set_state(state)
+
+
+class CrafterTextEnv(TextEnv):
+    """Crafter (BALROG settings) with text observations; progression = achievements unlocked / 22.
+
+    Args:
+        max_steps: actions per episode; reaching it ends the episode as *truncated* (death *terminates*).
+        unique_items: list only the nearest instance of each kind (BALROG's default); else every cell.
+        precise_location: ``1 step north and 2 steps west`` instead of ``3 steps to your north-west``.
+        describe_daylight: add ``It is day.`` / ``It is night.`` (not in BALROG's text).
+        invalid_action_penalty, invalid_action_feedback, strict_parsing, render_mode: see
+            :class:`~verlog.envs.base.TextEnv`; ``render_mode`` may also be ``"rgb_array"`` (crafter's image).
+    """
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi", "rgb_array"], "render_fps": 4}
+    actions: ClassVar[tuple[str, ...]] = ACTIONS
+    default_action: ClassVar[str] = "Noop"
+    synonyms: ClassVar[dict[str, str]] = {
+        **{phrase: "Noop" for phrase in ("wait", "no op", "nothing", "do nothing", "idle", "stay")},
+        **{
+            phrase: f"Move {direction.title()}"
+            for direction, side in (("west", "left"), ("east", "right"), ("north", "up"), ("south", "down"))
+            for phrase in (
+                direction,
+                side,
+                f"go {direction}",
+                f"go {side}",
+                f"move {side}",
+                f"walk {direction}",
+                f"walk {side}",
+            )
+        },
+        **{
+            phrase: "Do"
+            for phrase in (
+                "interact",
+                "use",
+                "attack",
+                "hit",
+                "chop",
+                "chop tree",
+                "chop wood",
+                "cut tree",
+                "collect wood",
+                "collect sapling",
+                "collect stone",
+                "collect coal",
+                "collect iron",
+                "collect diamond",
+                "mine",
+                "mine stone",
+                "mine coal",
+                "mine iron",
+                "mine diamond",
+                "drink",
+                "drink water",
+                "collect drink",
+                "eat",
+                "eat cow",
+                "eat plant",
+                "attack cow",
+                "attack zombie",
+                "attack skeleton",
+                "defeat zombie",
+                "defeat skeleton",
+            )
+        },
+        **{phrase: "Sleep" for phrase in ("rest", "go to sleep")},
+        **{
+            phrase: "Place Table"
+            for phrase in (
+                "make table",
+                "craft table",
+                "build table",
+                "make crafting table",
+                "craft crafting table",
+                "place crafting table",
+            )
+        },
+        **{phrase: "Place Furnace" for phrase in ("make furnace", "craft furnace", "build furnace")},
+        **{phrase: "Place Plant" for phrase in ("plant", "plant sapling", "place sapling")},
+        **{name.replace("Make", "Craft").lower(): name for name in ACTIONS[11:]},
+    }
+
+    def __init__(
+        self,
+        *,
+        max_steps: int = 2000,
+        unique_items: bool = True,
+        precise_location: bool = False,
+        describe_daylight: bool = False,
+        invalid_action_penalty: float = 0.0,
+        invalid_action_feedback: bool = True,
+        strict_parsing: bool = False,
+        render_mode: str | None = None,
+    ) -> None:
+        super().__init__(
+            invalid_action_penalty=invalid_action_penalty,
+            invalid_action_feedback=invalid_action_feedback,
+            strict_parsing=strict_parsing,
+            render_mode=render_mode,
+        )
+        if max_steps < 1:
+            raise ValueError(f"max_steps must be at least 1, got {max_steps}")
+        self.max_steps = int(max_steps)
+        self.unique_items = bool(unique_items)
+        self.precise_location = bool(precise_location)
+        self.describe_daylight = bool(describe_daylight)
+        self.world_seed: int | None = None
+        self._env = _HeadlessCrafter()
+        # Semantic id -> name: materials by crafter's name, creatures by class name (BALROG's names).
+        names = ["unknown"] * 256
+        for material, index in self._env._world._mat_ids.items():
+            if material is not None:
+                names[index] = material
+        for cls, index in self._env._sem_view._obj_ids.items():
+            names[index] = cls.__name__.lower()
+        self._names = names
+        self._cells, self._distance, self._phrases = _window_tables(self.precise_location)
+        self._instruction_cache = _instruction_text()
+
+    # ------------------------------------------------------------------ game hooks
+    def _new_episode(self) -> tuple[str, dict[str, Any]]:
+        self.world_seed = int(self.np_random.integers(0, 2**31 - 1))
+        self._env.start(self.world_seed)
+        semantic = self._env._sem_view()
+        info = self._game_info(semantic, reward=0.0)
+        return self._text(semantic), info
+
+    def _apply(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        _, reward, _, crafter_info = self._env.step(_ACTION_INDEX[action])
+        terminated = self._env._player.health <= 0
+        truncated = not terminated and self._env._step >= self.max_steps
+        semantic = crafter_info["semantic"]
+        return (
+            self._text(semantic),
+            float(reward),
+            terminated,
+            truncated,
+            self._game_info(semantic, crafter_info["reward"]),
+        )
+
+    def _instruction(self) -> str:
+        return self._instruction_cache
+
+    def _progression(self) -> float:
+        return self._score() / len(ACHIEVEMENTS)
+
+    # ------------------------------------------------------------------ rendering
+    def render(self) -> Any:
+        """Crafter's 256×256 image for ``"rgb_array"`` (drawn now, not every step); the text for ``"ansi"``."""
+        if self.render_mode == "rgb_array":
+            return self._env.image() if self._env._player is not None else None
+        return super().render()
+
+    # ------------------------------------------------------------------ helpers
+    def _score(self) -> int:
+        player = self._env._player
+        return 0 if player is None else sum(1 for count in player.achievements.values() if count > 0)
+
+    def _game_info(self, semantic: np.ndarray, reward: float) -> dict[str, Any]:
+        """Crafter's own info fields (the same at reset), plus what BALROG's wrapper adds."""
+        player = self._env._player
+        dead = player.health <= 0
+        return {
+            "inventory": dict(player.inventory),
+            "achievements": dict(player.achievements),
+            "discount": 1.0 - float(dead),
+            "semantic": semantic,
+            "player_pos": np.array(player.pos),
+            "reward": float(reward),
+            "sleeping": bool(player.sleeping),
+            "player_facing": (int(player.facing[0]), int(player.facing[1])),
+            "dead": bool(dead),
+            "score": self._score(),
+            "daylight": float(self._env._world.daylight),
+        }
+
+    def _text(self, semantic: np.ndarray) -> str:
+        player = self._env._player
+        inventory = player.inventory
+        vitals = "\n".join(f"- {v}: {inventory[v]}/{constants.items[v]['max']}" for v in _VITALS)
+        items = "\n".join(f"- {k}: {n}" for k, n in inventory.items() if k not in _VITALS and n != 0)
+        parts = [
+            f"Your status:\n{vitals}",
+            f"Your inventory:\n{items}" if items else "You have nothing in your inventory.",
+        ]
+        if self.describe_daylight:
+            parts.append("It is day." if self._env._world.daylight >= 0.5 else "It is night.")
+        if player.sleeping:
+            parts.append("You are sleeping, and will not be able to take actions until your energy is full.")
+        elif player.health <= 0:
+            parts.append("You died.")
+        seen = self._view_lines(semantic, int(player.pos[0]), int(player.pos[1]))
+        parts.append("You see:\n" + "\n".join(seen) if seen else "You see nothing away from you.")
+        parts.append(f"You face {self._facing_name(semantic)} at your front.")
+        return "\n\n".join(parts)
+
+    def _view_lines(self, semantic: np.ndarray, px: int, py: int) -> list[str]:
+        """``- <name> <where>`` for the window around (px, py), clipped at the map border."""
+        width, height = semantic.shape
+        x0, x1 = max(px - _HALF_W, 0), min(px + _HALF_W + 1, width)
+        y0, y1 = max(py - _HALF_H, 0), min(py + _HALF_H + 1, height)
+        # Scan order is x outer, y inner: C order of the [x, y]-indexed map.
+        ids = semantic[x0:x1, y0:y1].ravel()
+        cells = self._cells[
+            x0 - px + _HALF_W : x1 - px + _HALF_W, y0 - py + _HALF_H : y1 - py + _HALF_H
+        ].ravel()
+        keep = cells != _CENTER_CELL
+        ids, cells = ids[keep], cells[keep]
+        if self.unique_items and ids.size:
+            # Group by kind, nearest first, ties in scan order; then list kinds by first appearance.
+            order = np.lexsort((np.arange(ids.size), self._distance[cells], ids))
+            grouped = ids[order]
+            heads = np.flatnonzero(np.concatenate(([True], grouped[1:] != grouped[:-1])))
+            first_seen = np.minimum.reduceat(order, heads)
+            picks = order[heads][np.argsort(first_seen)]
+            ids, cells = ids[picks], cells[picks]
+        names, phrases = self._names, self._phrases
+        return [f"- {names[i]} {phrases[c]}" for i, c in zip(ids.tolist(), cells.tolist(), strict=True)]
+
+    def _facing_name(self, semantic: np.ndarray) -> str:
+        player = self._env._player
+        x, y = int(player.pos[0] + player.facing[0]), int(player.pos[1] + player.facing[1])
+        width, height = semantic.shape
+        return self._names[semantic[x, y]] if 0 <= x < width and 0 <= y < height else "nothing"
