@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 __all__ = ["ParsedAction", "extract_candidate", "normalize", "parse_action"]
 
@@ -103,9 +104,7 @@ def parse_action(
         return ParsedAction(default, False, candidate[:200])
 
     raw = extract_candidate(text)
-    lookup = {normalize(a): a for a in actions}
-    if synonyms:
-        lookup.update({normalize(k): v for k, v in synonyms.items()})
+    lookup = _lookup_table(tuple(actions), tuple(synonyms.items()) if synonyms else ())
     first_line = next((line for line in raw.splitlines() if line.strip()), "")
     for piece in (raw, first_line):
         key = normalize(piece)
@@ -116,6 +115,14 @@ def parse_action(
     if len(starts) == 1:
         return ParsedAction(starts.pop(), True, key)
     return ParsedAction(default, False, normalize(raw)[:200])
+
+
+@lru_cache(maxsize=128)
+def _lookup_table(actions: tuple[str, ...], synonyms: tuple[tuple[str, str], ...]) -> dict[str, str]:
+    """Normalized phrase -> canonical action, built once per game (it ran on every step before)."""
+    lookup = {normalize(k): v for k, v in synonyms}
+    lookup.update({normalize(a): a for a in actions})
+    return lookup
 
 
 def _as_text(response: object) -> str:
