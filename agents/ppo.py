@@ -1,0 +1,52 @@
+"""Train an LLM agent with turn-level PPO on a verlog text game.
+
+    accelerate launch agents/ppo.py --config envs/tiny.toml
+    accelerate launch agents/ppo.py --config envs/babyai.toml model.path=/models/Qwen2.5-3B-Instruct
+    accelerate launch agents/ppo.py --config envs/babyai.toml --resume runs/babyai-0001
+    python agents/ppo.py --help-config          # every key, its default and what it does
+
+Overrides are ``section.key=value`` with TOML values (``ppo.actor_lr=2e-6``, ``run.trackers=["tensorboard"]``).
+``--resume RUN`` reloads ``RUN/config.toml`` (plus any overrides) and continues from the newest checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from verlog.ppo.config import ConfigError, describe, load_config
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--config", metavar="TOML", help="preset to start from, e.g. envs/babyai.toml")
+    parser.add_argument("--resume", metavar="RUN", help="run folder to continue, e.g. runs/babyai-0001")
+    parser.add_argument("--help-config", action="store_true", help="list every config key and exit")
+    parser.add_argument("overrides", nargs="*", metavar="section.key=value", help="config overrides")
+    args = parser.parse_args(argv)
+    if args.help_config:
+        print(describe())
+        return 0
+
+    path = args.config
+    if args.resume:
+        path = Path(args.resume) / "config.toml"
+        if not path.is_file():
+            parser.error(f"--resume {args.resume}: no config.toml there (is it a run folder?)")
+    try:
+        config = load_config(path, args.overrides)
+        config.derive()
+    except (ConfigError, OSError) as error:
+        parser.error(f"config: {error}")
+
+    from verlog.ppo.trainer import Trainer  # torch and transformers load only once the config is good
+
+    Trainer(config, resume=args.resume).train()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

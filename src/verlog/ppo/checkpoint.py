@@ -1,0 +1,116 @@
+"""Atomic checkpoints: everything a run needs to continue exactly where it stopped.
+
+A checkpoint is the folder ``checkpoints/NNNNNN`` (the update count). It is written as ``.tmp-NNNNNN`` and
+renamed in one ``os.replace``, so a crash mid-write leaves a stray temporary folder and the previous
+checkpoint intact; :func:`latest_checkpoint` only ever sees complete ones. Inside::
+
+    state/            accelerate.save_state: actor, critic, both optimisers, RNG states of every process
+    trainer-<rank>.pt counters, storage slot 0, running episode statistics (one file per process)
+    envs-<rank>.pkl   the pickled sub-envs (sync vector envs), with their RNGs and memories
+    actor/            the actor and tokenizer in Hugging Face format (when run.export_actor), for evaluation
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import re
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+__all__ = ["latest_checkpoint", "load_checkpoint", "save_checkpoint"]
+
+_NAME = re.compile(r"^\d{6}$")
+
+
+def checkpoint_dir(run_dir: str | Path) -> Path:
+    return Path(run_dir) / "checkpoints"
+
+
+def latest_checkpoint(run_dir: str | Path) -> Path | None:
+    """The newest complete checkpoint of a run, or None."""
+    root = checkpoint_dir(run_dir)
+    if not root.is_dir():
+        return None
+    done = sorted(p for p in root.iterdir() if p.is_dir() and _NAME.match(p.name))
+    return done[-1] if done else None
+
+
+def save_checkpoint(
+    run_dir: str | Path,
+    update: int,
+    *,
+    accelerator: Any,
+    trainer_state: dict[str, Any],
+    envs: list[Any] | None,
+    export: Callable[[Path], None] | None = None,
+    keep: int = 2,
+) -> Path:
+    """Write checkpoint ``update`` atomically and keep only the newest ``keep``; return its folder.
+
+    Every process calls this; each writes its own files into the temporary folder, the main process
+    renames it once all have finished.
+    """
+    root = checkpoint_dir(run_dir)
+    final = root / f"{update:06d}"
+    tmp = root / f".tmp-{update:06d}"
+    if accelerator.is_main_process:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    accelerator.wait_for_everyone()
+    rank = accelerator.process_index
+    accelerator.save_state(str(tmp / "state"))
+    torch.save(trainer_state, tmp / f"trainer-{rank}.pt")
+    if envs is not None:
+        with open(tmp / f"envs-{rank}.pkl", "wb") as f:
+            pickle.dump(envs, f, protocol=pickle.HIGHEST_PROTOCOL)
+    if export is not None and accelerator.is_main_process:
+        export(tmp / "actor")
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        _fsync_tree(tmp)
+        if final.exists():  # an older run wrote this update before a crash; the new one replaces it
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        _fsync_dir(root)
+        complete = sorted(p for p in root.iterdir() if p.is_dir() and _NAME.match(p.name))
+        for old in complete[:-keep]:
+            shutil.rmtree(old, ignore_errors=True)
+        for stray in root.glob(".tmp-*"):
+            shutil.rmtree(stray, ignore_errors=True)
+    accelerator.wait_for_everyone()
+    return final
+
+
+def load_checkpoint(path: str | Path, *, accelerator: Any) -> tuple[dict[str, Any], list[Any] | None]:
+    """Restore models, optimisers and RNGs in place; return this process's trainer state and envs."""
+    path = Path(path)
+    rank = accelerator.process_index
+    accelerator.load_state(str(path / "state"))
+    trainer_state = torch.load(path / f"trainer-{rank}.pt", weights_only=False)
+    envs = None
+    if (path / f"envs-{rank}.pkl").exists():
+        with open(path / f"envs-{rank}.pkl", "rb") as f:
+            envs = pickle.load(f)
+    return trainer_state, envs
+
+
+def _fsync_tree(folder: Path) -> None:
+    """Flush every file, so the rename cannot land before the data it names."""
+    for dirpath, _, files in os.walk(folder):
+        for name in files:
+            with open(os.path.join(dirpath, name), "rb") as f:
+                os.fsync(f.fileno())
+        _fsync_dir(Path(dirpath))
+
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

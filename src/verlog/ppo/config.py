@@ -1,0 +1,411 @@
+"""The learner's configuration: dataclasses loaded from TOML and overridden by ``section.key=value`` arguments.
+
+Each field carries a one-line docstring; :func:`describe` prints them, and every error names the bad key and
+lists the valid ones. Sizes that follow from several fields are computed once, in :meth:`Config.derive`.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import sys
+import typing
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any, Literal
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10 ships no TOML reader
+    import tomli as tomllib
+
+__all__ = [
+    "Config",
+    "ConfigError",
+    "Derived",
+    "EnvConfig",
+    "ModelConfig",
+    "PPOConfig",
+    "PromptConfig",
+    "RunConfig",
+    "SamplingConfig",
+    "describe",
+    "load_config",
+]
+
+
+class ConfigError(ValueError):
+    """A bad configuration: an unknown key, a wrong type or inconsistent sizes."""
+
+
+@dataclass
+class RunConfig:
+    name: str = "verlog"
+    """Run name; the run folder is ``<output_dir>/<name>-NNNN``."""
+    output_dir: str = "runs"
+    """Folder that holds the run folders."""
+    seed: int = 1
+    """Seed of envs (``seed + rank * num_envs``), torch and sampling."""
+    total_updates: int = 300
+    """Number of PPO updates (each one is turns_per_update turns from every env)."""
+    checkpoint_every: int = 10
+    """Save a checkpoint every k updates (0: only after the last update)."""
+    keep_checkpoints: int = 2
+    """How many of the newest checkpoints to keep."""
+    export_actor: bool = True
+    """Also save the actor and tokenizer in Hugging Face format in each checkpoint (for evaluation)."""
+    trackers: list[str] = field(default_factory=list)
+    """accelerate trackers to log to besides metrics.jsonl, e.g. ["tensorboard"] or ["wandb"]."""
+    console: bool = True
+    """Show a progress bar and a per-update table on the console."""
+    torch_threads: int = 0
+    """CPU threads of torch (0 = torch's default; 1 is fastest for tiny models on a busy machine)."""
+
+
+@dataclass
+class EnvConfig:
+    id: str = "verlog/BabyAI-Mixed-v0"
+    """Gymnasium id of the env (any ``verlog/...`` id)."""
+    num_envs: int = 32
+    """Envs stepped in lockstep per process (N)."""
+    vectorization_mode: Literal["sync", "async"] = "sync"
+    """Vector env kind; exact resume needs "sync" (async envs restart their episodes on resume)."""
+    memory: Literal["none", "history", "notes"] = "history"
+    """Memory wrapper that turns observations into the text the agent sees."""
+    memory_kwargs: dict[str, Any] = field(default_factory=lambda: {"turns": 1, "reasoning": True})
+    """Keyword arguments of the memory wrapper (history: turns, reasoning, max_chars)."""
+    kwargs: dict[str, Any] = field(default_factory=lambda: {"invalid_action_penalty": -0.1})
+    """Keyword arguments of the env (e.g. invalid_action_penalty, max_steps)."""
+    binary_reward: bool = False
+    """Replace a positive step reward by 1.0 (Verlog's BabyAI and BabaIsAI setting)."""
+
+
+@dataclass
+class ModelConfig:
+    path: str = ""
+    """Actor checkpoint: a local folder or a Hugging Face id."""
+    critic_path: str = ""
+    """Critic checkpoint ("" = the actor's); it must share the actor's tokenizer."""
+    critic_head: Literal["token_classification", "value_head"] = "token_classification"
+    """Critic kind: AutoModelForTokenClassification(num_labels=1), or an AutoModel backbone plus a linear head."""
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    """Weights dtype; keep float32 and use ``accelerate launch --mixed_precision bf16`` for bf16 compute."""
+    attn_implementation: str = ""
+    """Attention kernel passed to from_pretrained ("" = the transformers default)."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass (less memory, more time)."""
+    build_tiny: bool = False
+    """If ``path`` does not exist, build a tiny model and tokenizer there from the env's own text."""
+
+
+@dataclass
+class PromptConfig:
+    format: Literal["action", "think", "tags"] = "think"
+    """Answer format asked for: the bare action, "THINK: ... ACTION: ...", or <think>/<action> tags."""
+    format_request: str = ""
+    """Text appended to the observation to ask for the format ("" = the default text for `format`)."""
+    max_prompt_tokens: int = 1024
+    """Longest prompt; a longer one falls back to the current observation alone (counted in env/prompt_cuts)."""
+    max_response_tokens: int = 512
+    """Longest response in tokens (R); generation stops at EOS or here."""
+
+
+@dataclass
+class SamplingConfig:
+    temperature: float = 1.0
+    """Sampling temperature; the learner scores tokens at the same temperature."""
+    top_p: float = 1.0
+    """Nucleus sampling threshold (1.0 = off)."""
+    batch_size: int = 0
+    """Prompts per generate call (0 = all envs at once)."""
+
+
+@dataclass
+class PPOConfig:
+    turns_per_update: int = 8
+    """Turns collected from each env per update (T)."""
+    num_minibatches: int = 2
+    """Optimiser steps per epoch; the T*N turns are split into this many shuffled minibatches."""
+    epochs: int = 1
+    """Passes over the batch per update."""
+    micro_batch_tokens: int = 16384
+    """Token budget of one forward pass (rows x padded length); gradients accumulate over micro-batches."""
+    actor_lr: float = 1e-6
+    """Actor AdamW learning rate."""
+    critic_lr: float = 1e-5
+    """Critic AdamW learning rate."""
+    weight_decay: float = 0.01
+    """AdamW weight decay of both models."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping norm of each model."""
+    clip_ratio_low: float = 0.2
+    """PPO clip: the ratio is kept above 1 - clip_ratio_low."""
+    clip_ratio_high: float = 0.2
+    """PPO clip: the ratio is kept below 1 + clip_ratio_high."""
+    dual_clip: float = 3.0
+    """Dual clip c for negative advantages: the token loss is at most -c*A (0 = off)."""
+    entropy_coef: float = 1e-3
+    """Entropy bonus coefficient."""
+    value_clip: float = 0.5
+    """Value clipping range around the rollout values."""
+    first_value_weight: float = 3.0
+    """Weight of each turn's first value (the state value) in the value loss."""
+    turn_gamma: float = 0.99
+    """Discount across turns."""
+    turn_lam: float = 0.95
+    """GAE lambda across turns."""
+    token_gamma: float = 1.0
+    """Discount across the tokens of one response."""
+    token_lam: float = 1.0
+    """GAE lambda across the tokens of one response."""
+    kl_coef: float = 1e-3
+    """Per-token KL penalty to the frozen reference, in the reward (0 = no reference model)."""
+    critic_warmup_batches: int = 0
+    """Critic pre-training: batches of T turns per env collected once before the actor moves (W; 0 = off)."""
+    critic_warmup_iters: int = 0
+    """Critic pre-training iterations (S), each recomputing values and targets (0 = off)."""
+    critic_warmup_sample: int = 10
+    """Batches the critic trains on in each warm-up iteration, drawn at random from the W collected."""
+
+
+@dataclass
+class Derived:
+    """Sizes that follow from the configuration, computed once by :meth:`Config.derive`."""
+
+    world_size: int
+    batch_turns: int  # turns per update per process: T * N
+    minibatch_turns: int  # turns per optimiser step per process
+    global_batch_turns: int  # turns per update over all processes
+    warmup_turns: int  # turns per env collected for critic pre-training (W * T)
+    warmup_sample_turns: int  # turns the critic trains on per warm-up iteration, per process
+
+
+@dataclass
+class Config:
+    run: RunConfig = field(default_factory=RunConfig)
+    """Run folder, seed, length, checkpoints and logging."""
+    env: EnvConfig = field(default_factory=EnvConfig)
+    """Which env, how many, with which memory."""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """Actor, critic and reference checkpoints."""
+    prompt: PromptConfig = field(default_factory=PromptConfig)
+    """Prompt format and lengths."""
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    """Generation settings during training."""
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    """The algorithm's hyperparameters."""
+
+    def derive(self, world_size: int = 1) -> Derived:
+        """Check the sizes against each other and return the derived ones."""
+        run, env, ppo, prompt = self.run, self.env, self.ppo, self.prompt
+        positive = {
+            "env.num_envs": env.num_envs,
+            "ppo.turns_per_update": ppo.turns_per_update,
+            "ppo.num_minibatches": ppo.num_minibatches,
+            "ppo.epochs": ppo.epochs,
+            "ppo.micro_batch_tokens": ppo.micro_batch_tokens,
+            "prompt.max_prompt_tokens": prompt.max_prompt_tokens,
+            "prompt.max_response_tokens": prompt.max_response_tokens,
+            "run.keep_checkpoints": run.keep_checkpoints,
+            "sampling.temperature": self.sampling.temperature,
+        }
+        for key, value in positive.items():
+            if value <= 0:
+                raise ConfigError(f"{key} must be > 0, got {value}")
+        for key in ("turn_gamma", "turn_lam", "token_gamma", "token_lam"):
+            if not 0.0 <= getattr(ppo, key) <= 1.0:
+                raise ConfigError(f"ppo.{key} must be in [0, 1], got {getattr(ppo, key)}")
+        if not 0.0 < self.sampling.top_p <= 1.0:
+            raise ConfigError(f"sampling.top_p must be in (0, 1], got {self.sampling.top_p}")
+        if ppo.dual_clip and ppo.dual_clip <= 1.0:
+            raise ConfigError(f"ppo.dual_clip must be > 1 (or 0 for off), got {ppo.dual_clip}")
+        if min(run.total_updates, run.checkpoint_every, ppo.kl_coef, ppo.critic_warmup_batches) < 0:
+            raise ConfigError(
+                "run.total_updates, run.checkpoint_every, ppo.kl_coef and ppo.critic_warmup_* must be >= 0"
+            )
+        if not self.model.path:
+            raise ConfigError("model.path is required (a local folder or a Hugging Face id)")
+        batch = ppo.turns_per_update * env.num_envs
+        if batch % ppo.num_minibatches:
+            raise ConfigError(
+                f"the batch of ppo.turns_per_update * env.num_envs = {ppo.turns_per_update} * {env.num_envs} "
+                f"= {batch} turns does not divide into ppo.num_minibatches = {ppo.num_minibatches}"
+            )
+        if (ppo.critic_warmup_batches > 0) != (ppo.critic_warmup_iters > 0):
+            raise ConfigError(
+                "critic pre-training needs both ppo.critic_warmup_batches and ppo.critic_warmup_iters > 0 "
+                f"(got {ppo.critic_warmup_batches} and {ppo.critic_warmup_iters}); set both to 0 to turn it off"
+            )
+        sample = min(ppo.critic_warmup_sample, ppo.critic_warmup_batches)
+        if ppo.critic_warmup_batches and ppo.critic_warmup_sample <= 0:
+            raise ConfigError(f"ppo.critic_warmup_sample must be > 0, got {ppo.critic_warmup_sample}")
+        return Derived(
+            world_size=world_size,
+            batch_turns=batch,
+            minibatch_turns=batch // ppo.num_minibatches,
+            global_batch_turns=batch * world_size,
+            warmup_turns=ppo.critic_warmup_batches * ppo.turns_per_update,
+            warmup_sample_turns=sample * batch,
+        )
+
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        return dataclasses.asdict(self)
+
+    def to_toml(self) -> str:
+        """The resolved configuration as TOML (what ``config.toml`` in a run folder holds)."""
+        lines: list[str] = []
+        for section, values in self.to_dict().items():
+            lines.append(f"[{section}]")
+            lines.extend(f"{key} = {_toml_value(value)}" for key, value in values.items())
+            lines.append("")
+        return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def load_config(path: str | Path | None = None, overrides: typing.Sequence[str] = ()) -> Config:
+    """Read a TOML file (or start from the defaults) and apply ``section.key=value`` overrides."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            with open(path, "rb") as f:
+                data = tomllib.load(f)
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"{path}: {e}") from None
+    for item in overrides:
+        _apply_override(data, item)
+    return _build(Config, data, prefix="")
+
+
+def describe() -> str:
+    """Every key with its type, default and docstring (``agents/ppo.py --help-config``)."""
+    lines = []
+    for section in dataclasses.fields(Config):
+        cls = _hints(Config)[section.name]
+        lines.append(f"[{section.name}]  {_docs(Config).get(section.name, '')}")
+        default = cls()
+        for f in dataclasses.fields(cls):
+            doc = _docs(cls).get(f.name, "")
+            value = _toml_value(getattr(default, f.name))
+            lines.append(f"  {section.name}.{f.name} = {value}  # {doc}")
+    return "\n".join(lines)
+
+
+def _apply_override(data: dict[str, Any], item: str) -> None:
+    key, sep, text = item.partition("=")
+    parts = key.strip().split(".")
+    if not sep or len(parts) < 2 or not all(parts):
+        raise ConfigError(
+            f"override {item!r} is not of the form section.key=value; valid keys:\n{_key_list()}"
+        )
+    target = data
+    for part in parts[:-1]:
+        target = target.setdefault(part, {})
+        if not isinstance(target, dict):
+            raise ConfigError(f"override {item!r}: {part!r} is not a table")
+    target[parts[-1]] = _parse_value(text.strip())
+
+
+def _parse_value(text: str) -> Any:
+    """A TOML value if the text is one (1e-6, true, [1, 2], {a = 1}, "x"), else the text itself."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def _build(cls: type, data: Any, prefix: str) -> Any:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{prefix.rstrip('.')} must be a table, got {data!r}")
+    hints = _hints(cls)
+    unknown = sorted(set(data) - set(hints))
+    if unknown:
+        name = prefix + unknown[0]
+        raise ConfigError(f"unknown config key {name!r}; valid keys:\n{_key_list()}")
+    kwargs = {}
+    for name, value in data.items():
+        hint = hints[name]
+        if dataclasses.is_dataclass(hint):
+            kwargs[name] = _build(hint, value, f"{prefix}{name}.")
+        else:
+            kwargs[name] = _check(f"{prefix}{name}", hint, value)
+    return cls(**kwargs)
+
+
+def _check(key: str, hint: Any, value: Any) -> Any:
+    """Return ``value`` converted to ``hint`` (int -> float, a bare word -> str), or raise naming the key."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    ok = False
+    if hint is bool:
+        ok = isinstance(value, bool)
+    elif hint is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif hint is float:
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        value = float(value) if ok else value
+    elif hint is str:
+        ok = isinstance(value, str)
+    elif origin is Literal:
+        if value in args:
+            return value
+        raise ConfigError(f"{key} must be one of {list(args)}, got {value!r}")
+    elif origin is list:
+        ok = isinstance(value, list) and all(isinstance(v, args[0]) for v in value)
+    elif origin is dict:
+        ok = isinstance(value, dict)
+    if not ok:
+        name = getattr(hint, "__name__", str(hint))
+        raise ConfigError(f"{key} must be of type {name}, got {value!r} ({type(value).__name__})")
+    return value
+
+
+def _key_list() -> str:
+    keys = []
+    for section in dataclasses.fields(Config):
+        cls = _hints(Config)[section.name]
+        keys.extend(f"  {section.name}.{f.name}" for f in dataclasses.fields(cls))
+    return "\n".join(keys)
+
+
+@cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+@cache
+def _docs(cls: type) -> dict[str, str]:
+    """The attribute docstrings of a dataclass (the string literal right after each field)."""
+    tree = ast.parse(inspect.getsource(cls))
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    docs = {}
+    for node, nxt in zip(body, body[1:], strict=False):
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and isinstance(nxt, ast.Expr)
+            and isinstance(nxt.value, ast.Constant)
+            and isinstance(nxt.value.value, str)
+        ):
+            docs[node.target.id] = nxt.value.value.strip()
+    return docs
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items()) + "}"
+    raise ConfigError(f"cannot write {value!r} ({type(value).__name__}) to TOML")
+
+
+def _toml_key(key: str) -> str:
+    return key if key.replace("_", "").replace("-", "").isalnum() else _toml_value(key)

@@ -1,0 +1,172 @@
+"""Fill a TurnStorage: step N envs for T turns with a sampler, then score every turn with the models.
+
+:class:`Rollout` owns the vector env, the prompt builder and the running episode statistics (which a
+checkpoint saves, so a resumed run counts an episode's return from its true start). :func:`score` runs the
+one forward path of :mod:`verlog.ppo.policy` over the stored turns: old log-probs (recomputed by the actor,
+so the PPO ratio starts at 1), reference log-probs, per-token values, the bootstrap values of slot T and the
+values of truncated episodes' final observations.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from verlog.ppo.policy import actor_logprobs, collate, critic_values
+from verlog.ppo.prompts import PromptBuilder
+from verlog.ppo.sampling import Sampler
+from verlog.ppo.storage import TurnStorage, pack_by_tokens
+
+__all__ = ["Rollout", "env_info", "score", "state_values"]
+
+
+def env_info(infos: dict[str, Any], n: int) -> dict[str, Any]:
+    """Env ``n``'s info dict out of a vector env's batched infos (keys it did not set are left out)."""
+    skip = {"final_obs", "final_info"}
+    return {
+        key: value[n]
+        for key, value in infos.items()
+        if not key.startswith("_") and key not in skip and infos.get(f"_{key}", (True,) * (n + 1))[n]
+    }
+
+
+class Rollout:
+    """Steps the envs with the sampler's responses and writes each turn into a storage."""
+
+    def __init__(
+        self, envs: Any, sampler: Sampler, prompts: PromptBuilder, *, binary_reward: bool = False
+    ) -> None:
+        self.envs = envs
+        self.sampler = sampler
+        self.prompts = prompts
+        self.binary_reward = binary_reward
+        self.num_envs = envs.num_envs
+        self.episode_return = np.zeros(self.num_envs)
+        self.episode_length = np.zeros(self.num_envs, dtype=np.int64)
+
+    def first_prompts(self, observations: Sequence[str], infos: dict[str, Any]) -> list[list[int]]:
+        return [self.prompts.from_info(observations[n], env_info(infos, n)) for n in range(self.num_envs)]
+
+    def collect(self, storage: TurnStorage) -> dict[str, float]:
+        """Run ``storage.num_turns`` turns from the prompts in slot 0; return the rollout metrics."""
+        clock: dict[str, float] = defaultdict(float)
+        episodes: dict[str, list[float]] = defaultdict(list)
+        invalid = tokens = 0
+        cuts_before = self.prompts.cuts
+        rewards_total = 0.0
+        for t in range(storage.num_turns):
+            start = time.perf_counter()
+            samples = self.sampler.generate(storage.prompts[t])
+            clock["time/generate"] += time.perf_counter() - start
+            tokens += sum(len(ids) for ids in samples.token_ids)
+
+            start = time.perf_counter()
+            observations, rewards, terminated, truncated, infos = self.envs.step(tuple(samples.texts))
+            clock["time/env"] += time.perf_counter() - start
+
+            start = time.perf_counter()
+            rewards = np.asarray(rewards, dtype=np.float64)
+            final_prompts = {}
+            for n in range(self.num_envs):
+                done = bool(terminated[n] or truncated[n])
+                # The step's own info: after an autoreset, infos[n] already describes the next episode.
+                info = env_info(infos["final_info"], n) if done else env_info(infos, n)
+                invalid += not bool(info["action_valid"])
+                self.episode_return[n] += rewards[n]
+                self.episode_length[n] += 1
+                if done:
+                    progression = float(info["progression"])
+                    episodes["charts/episodic_return"].append(float(self.episode_return[n]))
+                    episodes["charts/episodic_length"].append(float(self.episode_length[n]))
+                    episodes["env/success"].append(float(info.get("success", progression >= 1.0)))
+                    episodes["env/progression"].append(progression)
+                    self.episode_return[n] = 0.0
+                    self.episode_length[n] = 0
+                if truncated[n] and not terminated[n]:
+                    final_prompts[n] = self.prompts.from_info(infos["final_obs"][n], info)
+            next_prompts = self.first_prompts(observations, infos)
+            rewards_total += float(rewards.sum())
+            if self.binary_reward:
+                rewards = np.where(rewards > 0, 1.0, rewards)
+            storage.insert(
+                next_prompts,
+                samples.token_ids,
+                samples.logprobs,
+                rewards,
+                terminated,
+                truncated,
+                final_prompts,
+            )
+            clock["time/prompt"] += time.perf_counter() - start
+
+        turns = storage.num_turns * self.num_envs
+        metrics = dict(clock)
+        metrics.update({key: float(np.mean(values)) for key, values in episodes.items()})
+        metrics["charts/episodes"] = float(len(episodes["env/progression"]))
+        metrics["charts/response_tokens"] = tokens / turns
+        metrics["charts/generated_tokens"] = float(tokens)
+        metrics["env/reward"] = rewards_total / turns
+        metrics["env/invalid_action_rate"] = invalid / turns
+        metrics["env/prompt_cuts"] = float(self.prompts.cuts - cuts_before)
+        return metrics
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"episode_return": self.episode_return.copy(), "episode_length": self.episode_length.copy()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.episode_return = np.array(state["episode_return"], dtype=np.float64)
+        self.episode_length = np.array(state["episode_length"], dtype=np.int64)
+
+
+@torch.no_grad()
+def state_values(
+    critic: nn.Module, prompts: Sequence[list[int]], *, pad_id: int, max_tokens: int, device: Any
+) -> torch.Tensor:
+    """V(prompt) for each prompt: the critic's output at its last token."""
+    values = torch.zeros(len(prompts))
+    for group in pack_by_tokens([(len(p), 0) for p in prompts], max_tokens):
+        batch = collate([prompts[i] for i in group], [[] for _ in group], pad_id).to(device)
+        values[group] = critic_values(critic, batch)[:, 0].cpu()
+    return values
+
+
+@torch.no_grad()
+def score(
+    storage: TurnStorage,
+    *,
+    actor: nn.Module | None,
+    critic: nn.Module,
+    reference: nn.Module | None,
+    temperature: float,
+    max_tokens: int,
+    device: Any,
+) -> None:
+    """Fill old/ref log-probs (when the models are given), token values, values and truncated values."""
+    for micro in storage.micro_batches(storage.rows(), max_tokens):
+        batch = micro.batch.to(device)
+        ts = torch.tensor([t for t, _ in micro.rows])
+        ns = torch.tensor([n for _, n in micro.rows])
+        r_len, mask = batch.response_len, batch.response_mask.cpu()
+        values = critic_values(critic, batch).cpu()
+        storage.token_values[ts, ns] = 0.0
+        storage.token_values[ts, ns, :r_len] = values[:, :r_len] * mask
+        storage.values[ts, ns] = values[:, 0]
+        for model, target in ((actor, storage.old_logprobs), (reference, storage.ref_logprobs)):
+            if model is not None:
+                logprobs, _ = actor_logprobs(model, batch, temperature)
+                target[ts, ns] = 0.0
+                target[ts, ns, :r_len] = logprobs.cpu() * mask
+    T = storage.num_turns
+    keys = sorted(storage.final_prompts)
+    prompts = storage.prompts[T] + [storage.final_prompts[k] for k in keys]
+    values = state_values(critic, prompts, pad_id=storage.pad_id, max_tokens=max_tokens, device=device)
+    storage.values[T] = values[: storage.num_envs]
+    storage.truncated_values.zero_()
+    for (t, n), value in zip(keys, values[storage.num_envs :].tolist(), strict=True):
+        storage.truncated_values[t, n] = value

@@ -1,0 +1,169 @@
+"""Samplers: prompt token ids in, response token ids, text and per-token log-probs out.
+
+:class:`Sampler` is the seam for other engines (a vLLM sampler gets the actor's weights in
+:meth:`Sampler.update_weights`, once per update). :class:`TransformersSampler` runs ``model.generate`` on
+the actor itself, so its weights are always current. Every response has at least one token and ends at the
+first EOS (included) or at ``max_new_tokens``. Sampling draws from torch's global RNG, which checkpoints save.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+from torch import Tensor, nn
+
+__all__ = ["Sampler", "Samples", "TransformersSampler"]
+
+
+@dataclass
+class Samples:
+    """One response per prompt: token ids (EOS included when generated), decoded text, log-probs."""
+
+    token_ids: list[list[int]]
+    texts: list[str]
+    logprobs: list[list[float]]  # under the sampling distribution (after temperature and top-p)
+
+
+class Sampler(Protocol):
+    def generate(self, prompts: Sequence[Sequence[int]], *, greedy: bool = False) -> Samples:
+        """Sample (or, with ``greedy``, decode greedily) one response per prompt."""
+        ...
+
+    def update_weights(self) -> None:
+        """Bring the sampler's weights up to date with the actor's; called once per update."""
+        ...
+
+
+class _LogprobRecorder:
+    """A logits processor, run last, that keeps each step's log-probs only until the next token is known.
+
+    Asking ``generate`` for ``output_scores`` would keep ``[steps, B, vocab]`` scores; this keeps ``[B]``.
+    """
+
+    def __init__(self) -> None:
+        self.previous: Tensor | None = None
+        self.chosen: list[Tensor] = []
+
+    def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
+        self._take(input_ids[:, -1])
+        self.previous = torch.log_softmax(scores.float(), dim=-1)
+        return scores
+
+    def _take(self, tokens: Tensor) -> None:
+        if self.previous is not None:
+            self.chosen.append(self.previous.gather(1, tokens[:, None]).squeeze(1))
+            self.previous = None
+
+    def finish(self, sequences: Tensor) -> Tensor:
+        self._take(sequences[:, -1])
+        return torch.stack(self.chosen, dim=1)
+
+
+class TransformersSampler:
+    """Batched ``generate`` with left padding; greedy for evaluation."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        tokenizer: Any,
+        *,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        batch_size: int = 0,
+    ) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_new_tokens = max_new_tokens
+        self.temperature = temperature
+        self.top_p = top_p
+        self.batch_size = batch_size
+        eos = {tokenizer.eos_token_id}
+        model_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+        eos.update(model_eos if isinstance(model_eos, list) else [model_eos])
+        self.eos_ids = sorted(e for e in eos if e is not None)
+        self.pad_id = tokenizer.pad_token_id
+
+    def update_weights(self) -> None:
+        """Nothing to do: this sampler generates with the actor itself."""
+
+    def generate(self, prompts: Sequence[Sequence[int]], *, greedy: bool = False) -> Samples:
+        size = self.batch_size or len(prompts)
+        out = Samples([], [], [])
+        for start in range(0, len(prompts), size):
+            chunk = self._generate(prompts[start : start + size], greedy)
+            out.token_ids += chunk.token_ids
+            out.texts += chunk.texts
+            out.logprobs += chunk.logprobs
+        return out
+
+    def _generation_config(self, greedy: bool) -> Any:
+        from transformers import GenerationConfig
+
+        # Every knob that changes the distribution is set, so a checkpoint's generation_config.json
+        # (Qwen2.5 ships top_k=20, repetition_penalty=1.05, ...) cannot leak into training. Temperature
+        # and top-p run as our own processors (see _processors), so they are neutral here.
+        return GenerationConfig(
+            do_sample=not greedy,
+            temperature=1.0,
+            top_p=1.0,
+            top_k=None if greedy else 0,
+            min_p=None,
+            typical_p=1.0,
+            epsilon_cutoff=0.0,
+            eta_cutoff=0.0,
+            repetition_penalty=1.0,
+            no_repeat_ngram_size=0,
+            num_beams=1,
+            min_new_tokens=0,
+            max_new_tokens=self.max_new_tokens,
+            eos_token_id=self.eos_ids,
+            pad_token_id=self.pad_id,
+        )
+
+    def _processors(self, greedy: bool, recorder: _LogprobRecorder) -> list[Any]:
+        """Temperature and top-p, then the recorder: ``generate`` would run its own warpers after any
+        custom processor, so the recorder would see the distribution before them."""
+        from transformers import TemperatureLogitsWarper, TopPLogitsWarper
+
+        processors: list[Any] = []
+        if not greedy and self.temperature != 1.0:
+            processors.append(TemperatureLogitsWarper(self.temperature))
+        if not greedy and self.top_p < 1.0:
+            processors.append(TopPLogitsWarper(self.top_p))
+        return [*processors, recorder]
+
+    @torch.no_grad()
+    def _generate(self, prompts: Sequence[Sequence[int]], greedy: bool) -> Samples:
+        device = next(self.model.parameters()).device
+        width = max(len(p) for p in prompts)
+        input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
+        attention_mask = torch.zeros_like(input_ids)
+        for i, prompt in enumerate(prompts):
+            input_ids[i, width - len(prompt) :] = torch.as_tensor(prompt, dtype=torch.long)
+            attention_mask[i, width - len(prompt) :] = 1
+        recorder = _LogprobRecorder()
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            sequences = self.model.generate(
+                input_ids=input_ids.to(device),
+                attention_mask=attention_mask.to(device),
+                generation_config=self._generation_config(greedy),
+                logits_processor=self._processors(greedy, recorder),
+            )
+        finally:
+            self.model.train(was_training)
+        new = sequences[:, width:]
+        logprobs = recorder.finish(sequences)
+        is_eos = torch.isin(new, torch.as_tensor(self.eos_ids, device=new.device))
+        token_ids, lps = [], []
+        for row, eos_row, lp_row in zip(new.tolist(), is_eos.tolist(), logprobs.tolist(), strict=True):
+            length = eos_row.index(True) + 1 if True in eos_row else len(row)
+            token_ids.append(row[:length])
+            lps.append(lp_row[:length])
+        texts = self.tokenizer.batch_decode(token_ids, skip_special_tokens=True)
+        return Samples(token_ids, texts, lps)

@@ -1,0 +1,263 @@
+"""TurnStorage: T turns from N envs, in the pytorch-a2c-ppo-acktr-gail layout, one turn per sample.
+
+Shapes (T turns per update, N envs, R = max response tokens)::
+
+    [T+1, N]     prompts (ragged token-id lists), values, masks, bad_masks
+    [T, N]       rewards, truncated_values, response lengths
+    [T, N, R]    responses, response_mask, sampler/old/ref log-probs, token_values, advantages, returns
+
+Slot ``t`` of the ``[T+1, N]`` arrays is the state *before* turn ``t``; slot ``T`` is the bootstrap state,
+which :meth:`TurnStorage.after_update` moves to slot 0, so episodes run on across updates.
+``masks[t+1] = 0`` iff the episode ended at turn ``t``; ``bad_masks[t+1] = 0`` iff it ended by a time
+limit (truncated, not terminated), in which case ``truncated_values[t] = V(final_obs)`` bootstraps it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from verlog.ppo.policy import Batch, collate
+from verlog.ppo.returns import dual_discount_gae
+
+__all__ = ["MicroBatch", "TurnStorage", "pack_by_tokens", "whiten"]
+
+
+@dataclass
+class MicroBatch:
+    """Rows ``(t, n)`` packed for one forward pass, with their stored per-token tensors cut to ``[B, R']``."""
+
+    rows: list[tuple[int, int]]
+    batch: Batch
+    old_logprobs: Tensor
+    advantages: Tensor
+    returns: Tensor
+    old_values: Tensor
+
+    def to(self, device: torch.device | str) -> MicroBatch:
+        return MicroBatch(
+            self.rows,
+            self.batch.to(device),
+            self.old_logprobs.to(device),
+            self.advantages.to(device),
+            self.returns.to(device),
+            self.old_values.to(device),
+        )
+
+
+def pack_by_tokens(sizes: Sequence[tuple[int, int]], max_tokens: int) -> list[list[int]]:
+    """Group row indices so each group's padded size, rows x (longest prompt + longest response), stays within
+    ``max_tokens``. Rows are sorted by length first so a group pads little; a row over the budget goes alone."""
+    order = sorted(range(len(sizes)), key=lambda i: sum(sizes[i]), reverse=True)
+    groups: list[list[int]] = []
+    longest = (0, 0)
+    for i in order:
+        p, r = sizes[i]
+        if groups:
+            wider = (max(longest[0], p), max(longest[1], r))
+            if (len(groups[-1]) + 1) * sum(wider) <= max_tokens:
+                groups[-1].append(i)
+                longest = wider
+                continue
+        groups.append([i])
+        longest = (p, r)
+    return groups
+
+
+def whiten(x: Tensor, mask: Tensor, all_reduce: Callable[[Tensor], Tensor] | None = None) -> Tensor:
+    """(x - mean) / sqrt(var + 1e-8) over the entries where ``mask`` is 1 (unbiased variance); 0 elsewhere.
+
+    ``all_reduce`` sums a tensor over processes, so several processes whiten with the same statistics.
+    """
+    stats = torch.stack([(x * mask).sum(), (x * x * mask).sum(), mask.sum()]).double()
+    if all_reduce is not None:
+        stats = all_reduce(stats)
+    total, total_sq, count = stats.tolist()
+    mean = total / max(count, 1.0)
+    var = (total_sq - count * mean * mean) / max(count - 1.0, 1.0)
+    return (x - mean) * torch.rsqrt(torch.tensor(max(var, 0.0) + 1e-8, dtype=x.dtype)) * mask
+
+
+class TurnStorage:
+    """Rollout storage of fixed length: ``insert`` T times, score, ``compute_returns``, update, ``after_update``."""
+
+    def __init__(self, num_turns: int, num_envs: int, max_response_tokens: int, pad_id: int) -> None:
+        T, N, R = num_turns, num_envs, max_response_tokens
+        self.num_turns, self.num_envs, self.max_response_tokens, self.pad_id = T, N, R, pad_id
+        self.prompts: list[list[list[int]]] = [[[] for _ in range(N)] for _ in range(T + 1)]
+        # Prompts of the final observations of episodes cut by a time limit, keyed by (turn, env).
+        self.final_prompts: dict[tuple[int, int], list[int]] = {}
+        self.values = torch.zeros(T + 1, N)
+        self.masks = torch.ones(T + 1, N)
+        self.bad_masks = torch.ones(T + 1, N)
+        self.rewards = torch.zeros(T, N)
+        self.truncated_values = torch.zeros(T, N)
+        self.response_lens = torch.zeros(T, N, dtype=torch.long)
+        self.responses = torch.full((T, N, R), pad_id, dtype=torch.long)
+        self.response_mask = torch.zeros(T, N, R)
+        self.sampler_logprobs = torch.zeros(T, N, R)
+        self.old_logprobs = torch.zeros(T, N, R)
+        self.ref_logprobs = torch.zeros(T, N, R)
+        self.token_values = torch.zeros(T, N, R)
+        self.advantages = torch.zeros(T, N, R)
+        self.returns = torch.zeros(T, N, R)
+        self.step = 0
+
+    # ------------------------------------------------------------------ filling
+    def reset_first(self, prompts: Sequence[list[int]]) -> None:
+        """Slot 0 at the very start: the envs' first prompts."""
+        self.prompts[0] = [list(p) for p in prompts]
+
+    def insert(
+        self,
+        next_prompts: Sequence[list[int]],
+        responses: Sequence[Sequence[int]],
+        sampler_logprobs: Sequence[Sequence[float]],
+        rewards: Sequence[float],
+        terminated: Sequence[bool],
+        truncated: Sequence[bool],
+        final_prompts: dict[int, list[int]] | None = None,
+    ) -> None:
+        """Store turn ``self.step``: its responses and rewards, and the state after it (slot ``step + 1``).
+
+        ``final_prompts[n]`` is the prompt of env n's final observation, needed when it was truncated.
+        """
+        t = self.step
+        if t >= self.num_turns:
+            raise IndexError(
+                f"the storage holds {self.num_turns} turns; call after_update() before inserting more"
+            )
+        for n, (ids, lps) in enumerate(zip(responses, sampler_logprobs, strict=True)):
+            length = len(ids)
+            if not 1 <= length <= self.max_response_tokens:
+                raise ValueError(
+                    f"env {n}: a response has {length} tokens, need 1..{self.max_response_tokens}"
+                )
+            self.responses[t, n, :length] = torch.as_tensor(ids, dtype=torch.long)
+            self.responses[t, n, length:] = self.pad_id
+            self.response_mask[t, n] = 0.0
+            self.response_mask[t, n, :length] = 1.0
+            self.sampler_logprobs[t, n] = 0.0
+            self.sampler_logprobs[t, n, :length] = torch.as_tensor(lps, dtype=torch.float32)
+            self.response_lens[t, n] = length
+        self.prompts[t + 1] = [list(p) for p in next_prompts]
+        self.rewards[t] = torch.as_tensor(rewards, dtype=torch.float32)
+        term = torch.as_tensor(terminated, dtype=torch.bool)
+        trunc = torch.as_tensor(truncated, dtype=torch.bool)
+        self.masks[t + 1] = (~(term | trunc)).float()
+        self.bad_masks[t + 1] = (~(trunc & ~term)).float()
+        for key in [k for k in self.final_prompts if k[0] == t]:
+            del self.final_prompts[key]
+        for n, ids in (final_prompts or {}).items():
+            if trunc[n] and not term[n]:
+                self.final_prompts[(t, n)] = list(ids)
+        self.step = t + 1
+
+    def after_update(self) -> None:
+        """Slot T becomes slot 0: the next update starts where this one stopped."""
+        self.prompts[0] = self.prompts[-1]
+        self.values[0] = self.values[-1]
+        self.masks[0] = self.masks[-1]
+        self.bad_masks[0] = self.bad_masks[-1]
+        self.final_prompts.clear()
+        self.step = 0
+
+    # ------------------------------------------------------------------ returns
+    def compute_returns(
+        self,
+        *,
+        turn_gamma: float,
+        turn_lam: float,
+        token_gamma: float,
+        token_lam: float,
+        kl_coef: float = 0.0,
+        all_reduce: Callable[[Tensor], Tensor] | None = None,
+    ) -> None:
+        """Dual-discount GAE over the batch; returns are the critic targets, advantages are whitened.
+
+        ``values``, ``token_values``, ``truncated_values``, ``old_logprobs`` (and ``ref_logprobs`` when
+        ``kl_coef > 0``) must be scored first.
+        """
+        next_values = self.masks[1:] * self.values[1:] + (1.0 - self.bad_masks[1:]) * self.truncated_values
+        token_rewards = None
+        if kl_coef > 0:
+            token_rewards = -kl_coef * (self.old_logprobs - self.ref_logprobs) * self.response_mask
+        advantages, returns = dual_discount_gae(
+            self.rewards,
+            self.token_values,
+            self.response_mask,
+            next_values,
+            self.masks[1:],
+            turn_gamma=turn_gamma,
+            turn_lam=turn_lam,
+            token_gamma=token_gamma,
+            token_lam=token_lam,
+            token_rewards=token_rewards,
+        )
+        self.returns = returns.float()
+        self.advantages = whiten(advantages.float(), self.response_mask, all_reduce)
+
+    # ------------------------------------------------------------------ batching
+    def rows(self) -> list[tuple[int, int]]:
+        return [(t, n) for t in range(self.num_turns) for n in range(self.num_envs)]
+
+    def micro_batches(self, rows: Sequence[tuple[int, int]], max_tokens: int) -> Iterator[MicroBatch]:
+        """Pack ``rows`` by the token budget (for scoring and for one minibatch of the update)."""
+        sizes = [(len(self.prompts[t][n]), int(self.response_lens[t, n])) for t, n in rows]
+        for group in pack_by_tokens(sizes, max_tokens):
+            yield self._micro_batch([rows[i] for i in group])
+
+    def minibatches(
+        self,
+        minibatch_size: int,
+        max_tokens: int,
+        generator: torch.Generator | None = None,
+        limit: int | None = None,
+    ) -> Iterator[list[MicroBatch]]:
+        """Shuffle the T*N turns (keep the first ``limit``), cut them into minibatches, pack each by tokens.
+
+        Shuffling draws from ``generator`` (torch's global RNG by default, which checkpoints save).
+        """
+        rows = self.rows()
+        count = len(rows) if limit is None else min(limit, len(rows))
+        if count % minibatch_size:
+            raise ValueError(f"{count} turns do not divide into minibatches of {minibatch_size}")
+        order = torch.randperm(len(rows), generator=generator)[:count].tolist()
+        for start in range(0, count, minibatch_size):
+            chosen = [rows[i] for i in order[start : start + minibatch_size]]
+            yield list(self.micro_batches(chosen, max_tokens))
+
+    def _micro_batch(self, rows: list[tuple[int, int]]) -> MicroBatch:
+        ts = torch.tensor([t for t, _ in rows])
+        ns = torch.tensor([n for _, n in rows])
+        r_len = int(self.response_lens[ts, ns].max())
+        responses = [self.responses[t, n, : int(self.response_lens[t, n])].tolist() for t, n in rows]
+        batch = collate([self.prompts[t][n] for t, n in rows], responses, self.pad_id)
+        return MicroBatch(
+            rows,
+            batch,
+            self.old_logprobs[ts, ns, :r_len],
+            self.advantages[ts, ns, :r_len],
+            self.returns[ts, ns, :r_len],
+            self.token_values[ts, ns, :r_len],
+        )
+
+    # ------------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict[str, object]:
+        """Slot 0 only: what the next update needs (taken after :meth:`after_update`)."""
+        return {
+            "prompt": self.prompts[0],
+            "values": self.values[0].clone(),
+            "masks": self.masks[0].clone(),
+            "bad_masks": self.bad_masks[0].clone(),
+        }
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        self.prompts[0] = [list(p) for p in state["prompt"]]  # type: ignore[attr-defined]
+        self.values[0] = state["values"]  # type: ignore[assignment]
+        self.masks[0] = state["masks"]  # type: ignore[assignment]
+        self.bad_masks[0] = state["bad_masks"]  # type: ignore[assignment]
+        self.step = 0

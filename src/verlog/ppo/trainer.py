@@ -1,0 +1,353 @@
+"""The training loop: per update, T turns from each of N envs, returns, PPO update, log, checkpoint.
+
+Before the actor moves, optional critic pre-training collects W batches once and runs S critic-only
+iterations, recomputing values and targets with the improving critic each time (Verlog's warm-up, without
+its two faults: the actor's first update uses fresh data, and log-probs are not recomputed each iteration).
+
+Rank-awareness is kept to what a multi-process launch needs: per-rank seeds (envs ``seed + rank * N``),
+one run folder chosen by the main process, metrics averaged over processes, per-rank checkpoint files.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from verlog.ppo.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from verlog.ppo.config import Config
+from verlog.ppo.logger import RunLogger
+from verlog.ppo.policy import load_models
+from verlog.ppo.prompts import PromptBuilder
+from verlog.ppo.rollout import Rollout, score
+from verlog.ppo.sampling import TransformersSampler
+from verlog.ppo.storage import TurnStorage
+from verlog.ppo.update import ppo_update
+
+__all__ = ["Trainer", "new_run_dir"]
+
+
+def new_run_dir(output_dir: str | Path, name: str) -> Path:
+    """Create and return ``<output_dir>/<name>-NNNN`` with the next free number."""
+    root = Path(output_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    taken = [p.name[len(name) + 1 :] for p in root.glob(f"{name}-*")]
+    number = max((int(s) for s in taken if s.isdigit()), default=0) + 1
+    while True:
+        path = root / f"{name}-{number:04d}"
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            number += 1
+
+
+class Trainer:
+    """Builds everything from a :class:`Config` (or resumes a run folder) and runs :meth:`train`."""
+
+    def __init__(self, config: Config, *, resume: str | Path | None = None) -> None:
+        from accelerate import Accelerator, PartialState
+        from accelerate.utils import broadcast_object_list, set_seed
+
+        import verlog
+
+        self.config = config
+        if config.run.torch_threads:
+            torch.set_num_threads(config.run.torch_threads)
+        state = PartialState()
+        self.derived = config.derive(state.num_processes)
+        if resume is None:
+            chosen = [
+                str(new_run_dir(config.run.output_dir, config.run.name)) if state.is_main_process else ""
+            ]
+            broadcast_object_list(chosen)
+            self.run_dir = Path(chosen[0])
+        else:
+            self.run_dir = Path(resume)
+        self.accelerator = accelerator = Accelerator(
+            log_with=config.run.trackers or None, project_dir=str(self.run_dir)
+        )
+        rank = accelerator.process_index
+        set_seed(config.run.seed + rank)
+
+        env, model, ppo = config.env, config.model, config.ppo
+        if model.build_tiny and not Path(model.path).exists():
+            if accelerator.is_main_process:
+                from verlog.ppo.tiny import build_tiny
+
+                build_tiny(model.path, env.id, env.kwargs, memory=env.memory, memory_kwargs=env.memory_kwargs)
+            accelerator.wait_for_everyone()
+        models = load_models(
+            model.path,
+            critic_path=model.critic_path,
+            critic_head=model.critic_head,
+            dtype=model.dtype,
+            attn_implementation=model.attn_implementation,
+            gradient_checkpointing=model.gradient_checkpointing,
+            with_reference=ppo.kl_coef > 0,
+        )
+        self.tokenizer = models.tokenizer
+        actor_optimizer = torch.optim.AdamW(
+            models.actor.parameters(), lr=ppo.actor_lr, weight_decay=ppo.weight_decay
+        )
+        critic_optimizer = torch.optim.AdamW(
+            models.critic.parameters(), lr=ppo.critic_lr, weight_decay=ppo.weight_decay
+        )
+        self.actor, self.critic, self.actor_optimizer, self.critic_optimizer = accelerator.prepare(
+            models.actor, models.critic, actor_optimizer, critic_optimizer
+        )
+        self.actor.eval()
+        self.critic.eval()
+        self.reference = models.reference.to(accelerator.device) if models.reference is not None else None
+        self.sampler = TransformersSampler(
+            accelerator.unwrap_model(self.actor),
+            self.tokenizer,
+            max_new_tokens=config.prompt.max_response_tokens,
+            temperature=config.sampling.temperature,
+            top_p=config.sampling.top_p,
+            batch_size=config.sampling.batch_size,
+        )
+        self.envs = verlog.make_vec(
+            env.id,
+            env.num_envs,
+            vectorization_mode=env.vectorization_mode,
+            memory=env.memory,
+            memory_kwargs=env.memory_kwargs,
+            seed=config.run.seed + rank * env.num_envs,
+            **env.kwargs,
+        )
+        prompts = PromptBuilder(
+            self.tokenizer,
+            config.prompt.format,
+            config.prompt.max_prompt_tokens,
+            config.prompt.format_request,
+        )
+        self.rollout = Rollout(self.envs, self.sampler, prompts, binary_reward=env.binary_reward)
+        self.storage = TurnStorage(
+            ppo.turns_per_update, env.num_envs, config.prompt.max_response_tokens, self.tokenizer.pad_token_id
+        )
+        self.update = 0
+        self.global_step = 0
+        self.warmed_up = ppo.critic_warmup_iters == 0
+        if resume is None:
+            observations, infos = self.envs.reset()
+            self.storage.reset_first(self.rollout.first_prompts(observations, infos))
+        else:
+            self._resume()  # last: it restores the RNG states
+        if accelerator.is_main_process:
+            (self.run_dir / "config.toml").write_text(config.to_toml())
+        # project "verlog", one run per run folder (tensorboard writes under <run>/verlog/)
+        accelerator.init_trackers(
+            "verlog", config=_flat(config.to_dict()), init_kwargs={"wandb": {"name": self.run_dir.name}}
+        )
+        self.logger = RunLogger(
+            self.run_dir,
+            accelerator,
+            total=config.run.total_updates,
+            console=config.run.console,
+            start=self.update,
+        )
+
+    # ------------------------------------------------------------------ the loop
+    def train(self) -> None:
+        """Run updates until ``run.total_updates``, with critic pre-training first on a fresh run."""
+        run = self.config.run
+        try:
+            if not self.warmed_up:
+                self.warmup_critic()
+                if run.checkpoint_every:
+                    self.save()
+            while self.update < run.total_updates:
+                metrics = self.train_update()
+                self.logger.log(metrics, step=self.global_step)
+                last = self.update == run.total_updates
+                if last or (run.checkpoint_every and self.update % run.checkpoint_every == 0):
+                    self.save()
+        finally:
+            self.logger.close()
+            self.envs.close()
+
+    def train_update(self) -> dict[str, float]:
+        """One update: collect, score, returns, PPO, then slot T becomes slot 0."""
+        cfg, ppo = self.config, self.config.ppo
+        start = time.perf_counter()
+        self.sampler.update_weights()
+        metrics = self.rollout.collect(self.storage)
+        metrics.update(self._score(self.storage, logprobs=True))
+        self.storage.compute_returns(
+            turn_gamma=ppo.turn_gamma,
+            turn_lam=ppo.turn_lam,
+            token_gamma=ppo.token_gamma,
+            token_lam=ppo.token_lam,
+            kl_coef=ppo.kl_coef,
+            all_reduce=self._all_reduce,
+        )
+        clock = time.perf_counter()
+        metrics.update(self._ppo(self.storage, train_actor=True))
+        metrics["time/update"] = time.perf_counter() - clock
+        self.storage.after_update()
+        self.update += 1
+        self.global_step += self.derived.global_batch_turns
+        elapsed = time.perf_counter() - start
+        metrics["time/total"] = elapsed
+        # Rates over all processes (each process's share times the process count; averaged below).
+        metrics["charts/turns_per_s"] = self.derived.global_batch_turns / elapsed
+        metrics["charts/tokens_per_s"] = (
+            metrics["charts/generated_tokens"] * self.derived.world_size / elapsed
+        )
+        metrics["charts/temperature"] = cfg.sampling.temperature
+        return self._mean_over_processes(metrics)
+
+    def warmup_critic(self) -> None:
+        """Critic pre-training: collect W batches once, then S iterations of (re-score values, targets, fit)."""
+        ppo = self.config.ppo
+        storage = TurnStorage(
+            self.derived.warmup_turns,
+            self.storage.num_envs,
+            self.storage.max_response_tokens,
+            self.storage.pad_id,
+        )
+        storage.load_state_dict(self.storage.state_dict())
+        self.logger.print(
+            f"critic pre-training: {self.derived.warmup_turns} turns per env, {ppo.critic_warmup_iters} iterations"
+        )
+        collected = self.rollout.collect(storage)
+        self.global_step += self.derived.warmup_turns * self.storage.num_envs * self.derived.world_size
+        for iteration in range(1, ppo.critic_warmup_iters + 1):
+            metrics = dict(collected) if iteration == 1 else {}
+            # The actor has not moved, so it equals the reference: the KL reward is 0 and log-probs are unused.
+            metrics.update(self._score(storage, logprobs=False))
+            storage.compute_returns(
+                turn_gamma=ppo.turn_gamma,
+                turn_lam=ppo.turn_lam,
+                token_gamma=ppo.token_gamma,
+                token_lam=ppo.token_lam,
+            )
+            clock = time.perf_counter()
+            metrics.update(self._ppo(storage, train_actor=False, limit=self.derived.warmup_sample_turns))
+            metrics.update({"time/update": time.perf_counter() - clock, "warmup/iteration": float(iteration)})
+            self.logger.log(self._mean_over_processes(metrics), step=self.global_step, advance=False)
+        storage.after_update()
+        self.storage.load_state_dict(storage.state_dict())
+        self.warmed_up = True
+
+    # ------------------------------------------------------------------ pieces
+    def _score(self, storage: TurnStorage, *, logprobs: bool) -> dict[str, float]:
+        clock = time.perf_counter()
+        score(
+            storage,
+            actor=self.actor if logprobs else None,
+            critic=self.critic,
+            reference=self.reference if logprobs else None,
+            temperature=self.config.sampling.temperature,
+            max_tokens=self.config.ppo.micro_batch_tokens,
+            device=self.accelerator.device,
+        )
+        metrics = {"time/score": time.perf_counter() - clock}
+        mask = storage.response_mask
+        tokens = mask.sum().clamp(min=1)
+        metrics["charts/value"] = float(storage.values[:-1].mean())
+        if logprobs:
+            gap = (storage.sampler_logprobs - storage.old_logprobs).abs() * mask
+            metrics["charts/sampler_logprob_gap"] = float(gap.sum() / tokens)
+            if self.reference is not None:
+                kl = (storage.old_logprobs - storage.ref_logprobs) * mask
+                metrics["charts/kl_to_reference"] = float(kl.sum() / tokens)
+        return metrics
+
+    def _ppo(self, storage: TurnStorage, *, train_actor: bool, limit: int | None = None) -> dict[str, float]:
+        return ppo_update(
+            storage,
+            actor=self.actor,
+            critic=self.critic,
+            actor_optimizer=self.actor_optimizer,
+            critic_optimizer=self.critic_optimizer,
+            accelerator=self.accelerator,
+            config=self.config.ppo,
+            minibatch_size=self.derived.minibatch_turns,
+            temperature=self.config.sampling.temperature,
+            train_actor=train_actor,
+            limit=limit,
+        )
+
+    def _all_reduce(self, tensor: torch.Tensor) -> torch.Tensor:
+        if self.accelerator.num_processes == 1:
+            return tensor
+        return self.accelerator.reduce(tensor.to(self.accelerator.device), reduction="sum").cpu()
+
+    def _mean_over_processes(self, metrics: dict[str, float]) -> dict[str, float]:
+        metrics = {**metrics, "update": float(self.update), "global_step": float(self.global_step)}
+        if self.accelerator.num_processes == 1:
+            return metrics
+        from accelerate.utils import gather_object
+
+        merged: dict[str, list[float]] = {}
+        for part in gather_object([metrics]):
+            for key, value in part.items():
+                merged.setdefault(key, []).append(value)
+        return {key: sum(values) / len(values) for key, values in merged.items()}
+
+    # ------------------------------------------------------------------ checkpoints
+    def save(self) -> Path:
+        clock = time.perf_counter()
+        state = {
+            "update": self.update,
+            "global_step": self.global_step,
+            "warmed_up": self.warmed_up,
+            "storage": self.storage.state_dict(),
+            "rollout": self.rollout.state_dict(),
+            "prompt_cuts": self.rollout.prompts.cuts,
+        }
+        sync = self.config.env.vectorization_mode == "sync"
+        path = save_checkpoint(
+            self.run_dir,
+            self.update,
+            accelerator=self.accelerator,
+            trainer_state=state,
+            envs=list(self.envs.envs) if sync else None,
+            export=self._export if self.config.run.export_actor else None,
+            keep=self.config.run.keep_checkpoints,
+        )
+        self.logger.print(f"checkpoint {path} ({time.perf_counter() - clock:.1f}s)")
+        return path
+
+    def _export(self, folder: Path) -> None:
+        self.accelerator.unwrap_model(self.actor).save_pretrained(folder)
+        self.tokenizer.save_pretrained(folder)
+
+    def _resume(self) -> None:
+        path = latest_checkpoint(self.run_dir)
+        if path is None:
+            raise FileNotFoundError(f"{self.run_dir} has no complete checkpoint to resume from")
+        state, envs = load_checkpoint(path, accelerator=self.accelerator)
+        if envs is not None and len(envs) == self.envs.num_envs:
+            for fresh in self.envs.envs:
+                fresh.close()
+            self.envs.envs = envs
+            self.storage.load_state_dict(state["storage"])
+            self.rollout.load_state_dict(state["rollout"])
+        else:
+            warnings.warn(
+                "the checkpoint holds no env states (async vector envs): episodes restart on resume",
+                stacklevel=2,
+            )
+            observations, infos = self.envs.reset()
+            self.storage.reset_first(self.rollout.first_prompts(observations, infos))
+        self.update = state["update"]
+        self.global_step = state["global_step"]
+        self.warmed_up = state["warmed_up"]
+        self.rollout.prompts.cuts = state["prompt_cuts"]
+
+
+def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested config as ``section.key`` scalars (trackers take flat hyperparameters)."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and not prefix:
+            flat.update(_flat(value, f"{key}."))
+        else:
+            flat[prefix + key] = value if isinstance(value, int | float | str | bool) else str(value)
+    return flat

@@ -1,0 +1,113 @@
+"""The learner's configuration: TOML, key=value overrides, clear errors, derived sizes, presets."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from verlog.ppo.config import Config, ConfigError, describe, load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+PRESETS = sorted((ROOT / "envs").glob("*.toml"))
+
+
+def _ppo_script():
+    spec = importlib.util.spec_from_file_location("agents_ppo", ROOT / "agents" / "ppo.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_toml_and_overrides(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(
+        '[model]\npath = "m"\n[ppo]\nactor_lr = 3e-6\nturns_per_update = 4\n[env]\nnum_envs = 8\n'
+    )
+    config = load_config(
+        path,
+        [
+            "ppo.critic_lr=2",  # an int where a float is expected is converted
+            "model.path=/models/Qwen2.5-3B-Instruct",  # not TOML: taken as a string
+            'run.trackers=["tensorboard"]',
+            "env.kwargs.max_steps=50",
+            "env.memory_kwargs={turns = 3}",
+        ],
+    )
+    assert config.ppo.actor_lr == 3e-6 and config.ppo.turns_per_update == 4
+    assert config.ppo.critic_lr == 2.0 and isinstance(config.ppo.critic_lr, float)
+    assert config.model.path == "/models/Qwen2.5-3B-Instruct"
+    assert config.run.trackers == ["tensorboard"]
+    assert config.env.kwargs == {"max_steps": 50}
+    assert config.env.memory_kwargs == {"turns": 3}
+    derived = config.derive(world_size=2)
+    assert (derived.batch_turns, derived.minibatch_turns, derived.global_batch_turns) == (32, 16, 64)
+
+
+def test_resolved_config_round_trips(tmp_path: Path) -> None:
+    config = load_config(ROOT / "envs" / "babyai.toml", ['prompt.format_request="Say \\"go\\".\\nNow"'])
+    path = tmp_path / "config.toml"
+    path.write_text(config.to_toml())
+    assert load_config(path) == config
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("ppo.actor_lrr=1e-6", "unknown config key 'ppo.actor_lrr'"),
+        ("trainer.seed=1", "unknown config key 'trainer'"),
+        ("ppo.turns_per_update=2.5", "ppo.turns_per_update must be of type int, got 2.5"),
+        ("run.console=yes", "run.console must be of type bool, got 'yes'"),
+        ("prompt.format=json", "prompt.format must be one of ['action', 'think', 'tags'], got 'json'"),
+        ("ppo", "not of the form section.key=value"),
+    ],
+)
+def test_errors_name_the_key_and_list_valid_keys(override: str, message: str) -> None:
+    with pytest.raises(ConfigError) as error:
+        load_config(None, ["model.path=m", override])
+    assert message in str(error.value)
+    if message.startswith(("unknown", "not of the form")):
+        assert "ppo.actor_lr" in str(error.value) and "run.seed" in str(error.value)
+
+
+def test_derived_sizes_are_checked() -> None:
+    config = load_config(
+        None, ["model.path=m", "env.num_envs=3", "ppo.turns_per_update=3", "ppo.num_minibatches=2"]
+    )
+    with pytest.raises(ConfigError, match="9 turns does not divide into ppo.num_minibatches = 2"):
+        config.derive()
+    with pytest.raises(ConfigError, match="model.path is required"):
+        Config().derive()
+    half = load_config(None, ["model.path=m", "ppo.critic_warmup_batches=4"])
+    with pytest.raises(ConfigError, match="critic_warmup_iters"):
+        half.derive()
+
+
+def test_every_field_is_documented() -> None:
+    text = describe()
+    lines = [line for line in text.splitlines() if line.startswith("  ")]
+    assert len(lines) > 50
+    assert all(line.split("# ", 1)[1].strip() for line in lines), "a field has no docstring"
+    assert "ppo.first_value_weight = 3.0" in text
+
+
+@pytest.mark.parametrize("preset", PRESETS, ids=lambda p: p.name)
+def test_presets_load(preset: Path) -> None:
+    config = load_config(preset)
+    config.derive()
+    if preset.name != "tiny.toml":  # Verlog's tuned values (shared/research/verlog-algorithm.md)
+        assert (config.ppo.actor_lr, config.ppo.critic_lr, config.ppo.kl_coef) == (1e-6, 1e-5, 1e-3)
+        assert (config.ppo.turn_gamma, config.ppo.turn_lam) == (0.99, 0.95)
+        assert config.ppo.turns_per_update * config.env.num_envs in (256, 2048)
+
+
+def test_script_reports_config_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    script = _ppo_script()
+    with pytest.raises(SystemExit) as exit_info:
+        script.main(["--config", str(ROOT / "envs" / "tiny.toml"), "ppo.num_minibatch=3"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "unknown config key 'ppo.num_minibatch'" in err and "ppo.num_minibatches" in err
+    assert script.main(["--help-config"]) == 0
+    assert "ppo.turns_per_update" in capsys.readouterr().out

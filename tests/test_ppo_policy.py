@@ -1,0 +1,121 @@
+"""Tiny model, prompts, the packed forward path and the transformers sampler, on the CPU."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from toy_env import TOY_ID
+
+from verlog.ppo.policy import actor_logprobs, collate, critic_values, load_models
+from verlog.ppo.prompts import PromptBuilder, PromptTooLong
+from verlog.ppo.sampling import TransformersSampler
+from verlog.ppo.tiny import build_tiny
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory):
+    torch.set_num_threads(1)
+    path = build_tiny(tmp_path_factory.mktemp("tiny") / "model", TOY_ID, {"size": 5})
+    return load_models(str(path), with_reference=True)
+
+
+def test_tiny_model_loads_through_from_pretrained(models) -> None:
+    tok = models.tokenizer
+    assert tok.eos_token == "<|im_end|>" and tok.pad_token_id != tok.eos_token_id
+    text = "Line: ..@.T\nYou are at 2, the target is at 4. ünï"
+    assert tok.decode(tok(text)["input_ids"]) == text
+    assert len(tok("Walk to the target T.")["input_ids"]) < 10  # trained on the env's own text
+    assert models.reference is not None and not any(p.requires_grad for p in models.reference.parameters())
+
+
+def test_prompt_uses_the_chat_template_and_falls_back_to_the_raw_observation(models) -> None:
+    tok = models.tokenizer
+    builder = PromptBuilder(tok, "think", max_prompt_tokens=80)
+    ids = builder("Walk to the target T.", "Line: @..T")
+    text = tok.decode(ids)
+    assert text.startswith("<|im_start|>system\nWalk to the target T.<|im_end|>")
+    assert "ACTION: <one valid action>" in text and text.endswith("<|im_start|>assistant\n")
+    assert builder.cuts == 0
+    long_memory = "Observation:\nLine: @..T\n" * 50 + "Current Observation:\nLine: .@.T"
+    ids = builder("Walk.", long_memory, raw_observation="Line: .@.T")
+    assert len(ids) <= 80 and builder.cuts == 1 and "Line: .@.T" in tok.decode(ids)
+    with pytest.raises(PromptTooLong, match="over prompt.max_prompt_tokens = 80"):
+        builder("Walk.", long_memory, raw_observation=long_memory + "!")
+
+
+def test_packed_forward_matches_unpadded_rows(models) -> None:
+    prompts = [[5, 6, 7], [8, 9, 10, 11, 12, 13]]
+    responses = [[20, 21, 22, 23], [24]]
+    batch = collate(prompts, responses, models.tokenizer.pad_token_id)
+    assert batch.input_ids.shape == (2, 10) and batch.prompt_len == 6
+    with torch.no_grad():
+        logprobs, entropy = actor_logprobs(models.actor, batch, with_entropy=True)
+        values = critic_values(models.critic, batch)
+        for i in range(2):
+            ids = torch.tensor([prompts[i] + responses[i]])
+            logits = models.actor(input_ids=ids).logits[0].log_softmax(-1)
+            p = len(prompts[i])
+            expected = logits[p - 1 : p - 1 + len(responses[i])].gather(
+                -1, torch.tensor(responses[i])[:, None]
+            )[:, 0]
+            torch.testing.assert_close(logprobs[i, : len(responses[i])], expected, atol=1e-5, rtol=0)
+            value_alone = models.critic(input_ids=ids).logits[0, p - 1 :, 0]
+            torch.testing.assert_close(values[i, : len(responses[i]) + 1], value_alone, atol=1e-5, rtol=0)
+    assert torch.isfinite(entropy).all() and (entropy > 0).all()
+
+
+def test_sampler_logprobs_match_the_actor_and_greedy_is_deterministic(models) -> None:
+    sampler = TransformersSampler(
+        models.actor, models.tokenizer, max_new_tokens=6, temperature=0.7, top_p=1.0
+    )
+    prompts = [[5, 6, 7], [8, 9, 10, 11, 12, 13], [14]]
+    torch.manual_seed(0)
+    samples = sampler.generate(prompts)
+    assert len(samples.token_ids) == 3 and all(1 <= len(ids) <= 6 for ids in samples.token_ids)
+    batch = collate(prompts, samples.token_ids, models.tokenizer.pad_token_id)
+    with torch.no_grad():
+        actor, _ = actor_logprobs(models.actor, batch, temperature=0.7)
+    for i, ids in enumerate(samples.token_ids):
+        torch.testing.assert_close(torch.tensor(samples.logprobs[i]), actor[i, : len(ids)], atol=1e-4, rtol=0)
+        assert samples.texts[i] == models.tokenizer.decode(ids, skip_special_tokens=True)
+    torch.manual_seed(0)
+    assert sampler.generate(prompts).token_ids == samples.token_ids  # seeded by torch's RNG
+    greedy = sampler.generate(prompts, greedy=True)
+    assert sampler.generate(prompts, greedy=True).token_ids == greedy.token_ids
+    with torch.no_grad():
+        logits = models.actor(input_ids=torch.tensor([prompts[2]])).logits[0, -1]
+    assert greedy.token_ids[2][0] == int(logits.argmax())
+    chunked = TransformersSampler(models.actor, models.tokenizer, max_new_tokens=6, batch_size=2)
+    assert chunked.generate(prompts, greedy=True).token_ids == greedy.token_ids
+
+
+def test_a_response_stops_at_eos_and_keeps_it(models) -> None:
+    eos = models.tokenizer.eos_token_id
+
+    def prefer_eos(module, args, output):  # the same model, steered to end at once
+        output.logits[..., eos] += 100.0
+        return output
+
+    handle = models.actor.register_forward_hook(prefer_eos)
+    try:
+        samples = TransformersSampler(models.actor, models.tokenizer, max_new_tokens=8).generate(
+            [[5, 6], [7]]
+        )
+    finally:
+        handle.remove()
+    assert samples.token_ids == [[eos], [eos]] and samples.texts == ["", ""]
+    assert samples.logprobs[0][0] == pytest.approx(0.0, abs=1e-4)
+
+
+def test_value_head_critic(tmp_path: Path, models) -> None:
+    path = tmp_path / "m"
+    models.actor.save_pretrained(path)
+    models.tokenizer.save_pretrained(path)
+    other = load_models(str(path), critic_head="value_head", with_reference=False)
+    batch = collate([[5, 6, 7]], [[8, 9]], models.tokenizer.pad_token_id)
+    values = critic_values(other.critic, batch)
+    assert values.shape == (1, 3)
+    values.sum().backward()
+    assert other.critic.score.weight.grad is not None

@@ -1,0 +1,199 @@
+"""The trainer end to end: agents/ppo.py under accelerate launch, exact resume, atomic checkpoints,
+critic pre-training, and garbage model output counted through the env contract."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from toy_env import TOY_ID, LineEnv
+
+import verlog
+from verlog.ppo.checkpoint import latest_checkpoint, save_checkpoint
+from verlog.ppo.config import load_config
+from verlog.ppo.policy import load_models
+from verlog.ppo.prompts import PromptBuilder
+from verlog.ppo.rollout import Rollout
+from verlog.ppo.sampling import TransformersSampler
+from verlog.ppo.storage import TurnStorage
+from verlog.ppo.tiny import build_tiny
+from verlog.ppo.trainer import Trainer
+
+ROOT = Path(__file__).resolve().parents[1]
+MEMORY = {"turns": 2}
+
+
+@pytest.fixture(scope="module")
+def model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    torch.set_num_threads(1)
+    return build_tiny(
+        tmp_path_factory.mktemp("tiny") / "model", TOY_ID, memory="history", memory_kwargs=MEMORY
+    )
+
+
+def _config(out: Path, model: Path, *overrides: str):
+    return load_config(
+        None,
+        [
+            f"run.output_dir={out}",
+            "run.name=toy",
+            "run.console=false",
+            "run.torch_threads=1",
+            "run.export_actor=false",
+            f"model.path={model}",
+            f"env.id={TOY_ID}",
+            "env.num_envs=2",
+            "env.memory=history",
+            "env.memory_kwargs={turns = 2}",
+            "env.kwargs={invalid_action_penalty = -0.1, max_steps = 4}",
+            "prompt.format=action",
+            "prompt.max_response_tokens=5",
+            "ppo.turns_per_update=3",
+            "ppo.num_minibatches=2",
+            "ppo.micro_batch_tokens=512",
+            "ppo.actor_lr=1e-3",
+            "ppo.critic_lr=1e-3",
+            *overrides,
+        ],
+    )
+
+
+def _records(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def _weights(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in module.state_dict().items()}
+
+
+def test_two_updates_through_the_script(tmp_path: Path) -> None:
+    command = [
+        sys.executable, "-m", "accelerate.commands.launch", "--num_processes=1", "--num_machines=1",
+        "--mixed_precision=no", "--dynamo_backend=no",
+        "agents/ppo.py", "--config", "envs/tiny.toml",
+        f"run.output_dir={tmp_path}", f"model.path={tmp_path / 'tiny-model'}", "run.total_updates=2",
+        "env.num_envs=2", "ppo.turns_per_update=2", "ppo.critic_warmup_batches=1", "ppo.critic_warmup_iters=1",
+    ]  # fmt: skip
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    run_dir = tmp_path / "tiny-0001"
+    records = _records(run_dir)
+    assert [r.get("warmup/iteration") for r in records] == [1.0, None, None]
+    assert [r["update"] for r in records] == [0.0, 1.0, 2.0]
+    assert records[-1]["global_step"] == 3 * 2 * 2  # warm-up batch + two updates, 4 turns each
+    for key in (
+        "charts/turns_per_s",
+        "losses/policy_loss",
+        "losses/value_loss",
+        "time/generate",
+        "env/invalid_action_rate",
+    ):
+        assert records[-1][key] is not None, key
+    assert latest_checkpoint(run_dir).name == "000002"
+    assert (run_dir / "checkpoints" / "000002" / "actor" / "config.json").is_file()
+    assert load_config(run_dir / "config.toml").run.total_updates == 2
+    assert "pg_loss" in done.stdout  # the console table
+
+
+def test_resume_continues_exactly(tmp_path: Path, model_path: Path) -> None:
+    first = Trainer(
+        _config(
+            tmp_path / "a",
+            model_path,
+            "run.total_updates=3",
+            "run.checkpoint_every=1",
+            "run.keep_checkpoints=3",
+        )
+    )
+    first.train()
+    # Stop "after update 2": a copy of the run without its last checkpoint, resumed from the folder.
+    resumed_dir = tmp_path / "b"
+    shutil.copytree(first.run_dir, resumed_dir)
+    shutil.rmtree(resumed_dir / "checkpoints" / "000003")
+    second = Trainer(load_config(resumed_dir / "config.toml"), resume=resumed_dir)
+    assert second.update == 2
+    second.train()
+    assert second.update == 3
+    for name in ("responses", "response_mask", "rewards", "masks", "bad_masks", "old_logprobs", "returns"):
+        assert torch.equal(getattr(first.storage, name), getattr(second.storage, name)), name
+    assert first.storage.prompts == second.storage.prompts
+    for a, b in ((first.actor, second.actor), (first.critic, second.critic)):
+        wa, wb = _weights(a), _weights(b)
+        assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    last_a, last_b = _records(first.run_dir)[-1], _records(resumed_dir)[-1]
+    assert {k: v for k, v in last_a.items() if "time" not in k and "per_s" not in k} == {
+        k: v for k, v in last_b.items() if "time" not in k and "per_s" not in k
+    }
+
+
+def test_a_crash_mid_checkpoint_leaves_the_previous_one(tmp_path: Path, model_path: Path) -> None:
+    trainer = Trainer(_config(tmp_path, model_path, "run.total_updates=1"))
+    trainer.train()
+    run_dir = trainer.run_dir
+    with pytest.raises(Exception, match="pickle"):  # noqa: B017 - any pickling error is the crash
+        save_checkpoint(run_dir, 2, accelerator=trainer.accelerator, trainer_state={}, envs=[lambda: None])
+    assert (run_dir / "checkpoints" / ".tmp-000002" / "state").is_dir()  # the half-written one
+    assert latest_checkpoint(run_dir).name == "000001"
+    resumed = Trainer(load_config(run_dir / "config.toml", ["run.total_updates=2"]), resume=run_dir)
+    assert resumed.update == 1
+    resumed.train()
+    names = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
+    assert names == ["000001", "000002"]
+
+
+def test_critic_pretraining_moves_the_critic_only(tmp_path: Path, model_path: Path) -> None:
+    trainer = Trainer(
+        _config(
+            tmp_path,
+            model_path,
+            "ppo.critic_warmup_batches=2",
+            "ppo.critic_warmup_iters=2",
+            "ppo.critic_warmup_sample=1",
+        )
+    )
+    actor, critic = _weights(trainer.actor), _weights(trainer.critic)
+    trainer.warmup_critic()
+    assert all(torch.equal(actor[k], v) for k, v in _weights(trainer.actor).items())
+    assert not all(torch.equal(critic[k], v) for k, v in _weights(trainer.critic).items())
+    records = _records(trainer.run_dir)
+    assert [r["warmup/iteration"] for r in records] == [1.0, 2.0]
+    assert records[0]["losses/value_loss"] is not None and "losses/policy_loss" not in records[0]
+    assert trainer.global_step == 2 * 3 * 2 and trainer.warmed_up
+    trainer.envs.close()
+    trainer.logger.close()
+
+
+def test_garbage_output_is_handled_and_counted(model_path: Path) -> None:
+    models = load_models(str(model_path), with_reference=False)
+    envs = verlog.make_vec(
+        TOY_ID, 3, memory="history", memory_kwargs=MEMORY, seed=0, invalid_action_penalty=-0.1, max_steps=2
+    )
+    sampler = TransformersSampler(models.actor, models.tokenizer, max_new_tokens=5)
+    rollout = Rollout(envs, sampler, PromptBuilder(models.tokenizer, "action", 512))
+    storage = TurnStorage(4, 3, 5, models.tokenizer.pad_token_id)
+    storage.reset_first(rollout.first_prompts(*envs.reset()))
+    torch.manual_seed(0)
+    metrics = rollout.collect(storage)
+    envs.close()
+    texts = [
+        models.tokenizer.decode(
+            storage.responses[t, n, : storage.response_lens[t, n]], skip_special_tokens=True
+        )
+        for t in range(4)
+        for n in range(3)
+    ]
+    valid = torch.tensor([LineEnv().parse(text).valid for text in texts]).reshape(4, 3)
+    assert metrics["env/invalid_action_rate"] == pytest.approx(1 - valid.float().mean().item())
+    assert (~valid).any()  # a random tiny model writes gibberish
+    assert torch.all(storage.rewards[~valid] <= -0.1 + 1.0)  # the penalty is added, never replaces
+    assert storage.rewards[~valid].min().item() == pytest.approx(-0.1)
+    # max_steps=2 over 4 turns: episodes were cut by the time limit and bootstrap from their final prompts
+    assert (storage.bad_masks == 0).any() and storage.final_prompts
+    assert metrics["charts/episodes"] >= 3 and metrics["env/prompt_cuts"] == 0
