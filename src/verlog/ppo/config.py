@@ -57,7 +57,17 @@ class RunConfig:
     export_actor: bool = True
     """Also save the actor and tokenizer in Hugging Face format in each checkpoint (for evaluation)."""
     trackers: list[str] = field(default_factory=list)
-    """accelerate trackers to log to besides metrics.jsonl, e.g. ["tensorboard"] or ["wandb"]."""
+    """accelerate trackers to log to besides metrics.jsonl, e.g. ["tensorboard"], ["wandb"], ["swanlab"]."""
+    project: str = "verlog"
+    """Tracker project name."""
+    run_name: str = ""
+    """Tracker run name ("" = the run folder's name, e.g. tiny-0003)."""
+    tracker_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Per-tracker init arguments, e.g. { wandb = { mode = "offline" }, swanlab = { mode = "local" } }."""
+    samples_every: int = 1
+    """Write sampled turns to samples.jsonl (and tracker tables) every k updates (0 = never)."""
+    samples_per_family: int = 2
+    """Turns kept per env family (a Mixed env's task or level) each time samples are written."""
     console: bool = True
     """Show a progress bar and a per-update table on the console."""
     torch_threads: int = 0
@@ -225,6 +235,8 @@ class Config:
             raise ConfigError(
                 "run.total_updates, run.checkpoint_every, ppo.kl_coef and ppo.critic_warmup_* must be >= 0"
             )
+        if min(run.samples_every, run.samples_per_family) < 0:
+            raise ConfigError("run.samples_every and run.samples_per_family must be >= 0")
         if not self.model.path:
             raise ConfigError("model.path is required (a local folder or a Hugging Face id)")
         batch = ppo.turns_per_update * env.num_envs

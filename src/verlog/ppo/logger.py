@@ -72,6 +72,24 @@ class RunLogger:
             if advance:
                 self.progress.advance(self.task)
 
+    def log_samples(self, samples: list[Any], *, step: int) -> None:
+        """Sampled turns as a table in every tracker that has tables (wandb, ...), as text in tensorboard."""
+        if not self.main or not self.accelerator.trackers or not samples:
+            return
+        from verlog.samples import samples_table
+
+        columns, rows = samples_table(samples, max_chars=4000)
+        for tracker in self.accelerator.trackers:
+            if hasattr(tracker, "log_table"):
+                tracker.log_table("samples", columns=columns, data=rows, step=step)
+            elif tracker.name == "tensorboard":
+                lines = [
+                    f"**{s.family}** env {s.env_index} turn {s.turn}: `{s.action}` "
+                    f"(valid={s.action_valid}, reward={s.reward:.3f})\n\n```\n{s.response}\n```"
+                    for s in samples
+                ]
+                tracker.writer.add_text("samples", "\n\n".join(lines), global_step=step)
+
     def print(self, text: str) -> None:
         if self.main:
             (self.progress.console.print if self.progress is not None else print)(text)

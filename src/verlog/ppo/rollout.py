@@ -22,6 +22,7 @@ from verlog.ppo.policy import actor_logprobs, collate, critic_values
 from verlog.ppo.prompts import PromptBuilder
 from verlog.ppo.sampling import Sampler
 from verlog.ppo.storage import TurnStorage, pack_by_tokens
+from verlog.samples import family_of
 
 __all__ = ["Rollout", "env_info", "score", "state_values"]
 
@@ -40,21 +41,34 @@ class Rollout:
     """Steps the envs with the sampler's responses and writes each turn into a storage."""
 
     def __init__(
-        self, envs: Any, sampler: Sampler, prompts: PromptBuilder, *, binary_reward: bool = False
+        self,
+        envs: Any,
+        sampler: Sampler,
+        prompts: PromptBuilder,
+        *,
+        binary_reward: bool = False,
+        env_id: str = "",
     ) -> None:
         self.envs = envs
         self.sampler = sampler
         self.prompts = prompts
         self.binary_reward = binary_reward
+        self.env_id = env_id
         self.num_envs = envs.num_envs
         self.episode_return = np.zeros(self.num_envs)
         self.episode_length = np.zeros(self.num_envs, dtype=np.int64)
+        #: Episodes each env has finished so far: with the length, the (episode, turn) of a sampled turn.
+        self.episode_index = np.zeros(self.num_envs, dtype=np.int64)
 
     def first_prompts(self, observations: Sequence[str], infos: dict[str, Any]) -> list[list[int]]:
         return [self.prompts.from_info(observations[n], env_info(infos, n)) for n in range(self.num_envs)]
 
-    def collect(self, storage: TurnStorage) -> dict[str, float]:
-        """Run ``storage.num_turns`` turns from the prompts in slot 0; return the rollout metrics."""
+    def collect(self, storage: TurnStorage, samples: list[dict[str, Any]] | None = None) -> dict[str, float]:
+        """Run ``storage.num_turns`` turns from the prompts in slot 0; return the rollout metrics.
+
+        When ``samples`` is a list, every turn is appended to it as a dict of :class:`verlog.samples.TurnSample`
+        fields, with ``prompt_ids`` instead of the prompt text (decoding is left to the few that are kept).
+        """
         clock: dict[str, float] = defaultdict(float)
         episodes: dict[str, list[float]] = defaultdict(list)
         invalid = tokens = 0
@@ -62,12 +76,13 @@ class Rollout:
         rewards_total = 0.0
         for t in range(storage.num_turns):
             start = time.perf_counter()
-            samples = self.sampler.generate(storage.prompts[t])
+            samples_out = self.sampler.generate(storage.prompts[t])
             clock["time/generate"] += time.perf_counter() - start
-            tokens += sum(len(ids) for ids in samples.token_ids)
+            tokens += sum(len(ids) for ids in samples_out.token_ids)
 
             start = time.perf_counter()
-            observations, rewards, terminated, truncated, infos = self.envs.step(tuple(samples.texts))
+            samples_text = samples_out.texts
+            observations, rewards, terminated, truncated, infos = self.envs.step(tuple(samples_text))
             clock["time/env"] += time.perf_counter() - start
 
             start = time.perf_counter()
@@ -78,16 +93,38 @@ class Rollout:
                 # The step's own info: after an autoreset, infos[n] already describes the next episode.
                 info = env_info(infos["final_info"], n) if done else env_info(infos, n)
                 invalid += not bool(info["action_valid"])
+                family = family_of(self.env_id, info)
+                if samples is not None:
+                    samples.append(
+                        dict(
+                            env_id=self.env_id,
+                            family=family,
+                            env_index=n,
+                            episode=int(self.episode_index[n]),
+                            turn=int(self.episode_length[n]),
+                            prompt_ids=storage.prompts[t][n],
+                            response=samples_text[n],
+                            action=str(info["executed_action"]),
+                            action_valid=bool(info["action_valid"]),
+                            reward=float(rewards[n]),
+                            progression=float(info["progression"]),
+                        )
+                    )
                 self.episode_return[n] += rewards[n]
                 self.episode_length[n] += 1
                 if done:
                     progression = float(info["progression"])
+                    success = float(info.get("success", progression >= 1.0))
                     episodes["charts/episodic_return"].append(float(self.episode_return[n]))
                     episodes["charts/episodic_length"].append(float(self.episode_length[n]))
-                    episodes["env/success"].append(float(info.get("success", progression >= 1.0)))
+                    episodes["env/success"].append(success)
                     episodes["env/progression"].append(progression)
+                    if family != self.env_id:  # a Mixed env: also per task / level
+                        episodes[f"env/{family}/success"].append(success)
+                        episodes[f"env/{family}/progression"].append(progression)
                     self.episode_return[n] = 0.0
                     self.episode_length[n] = 0
+                    self.episode_index[n] += 1
                 if truncated[n] and not terminated[n]:
                     final_prompts[n] = self.prompts.from_info(infos["final_obs"][n], info)
             next_prompts = self.first_prompts(observations, infos)
@@ -96,8 +133,8 @@ class Rollout:
                 rewards = np.where(rewards > 0, 1.0, rewards)
             storage.insert(
                 next_prompts,
-                samples.token_ids,
-                samples.logprobs,
+                samples_out.token_ids,
+                samples_out.logprobs,
                 rewards,
                 terminated,
                 truncated,
@@ -117,11 +154,16 @@ class Rollout:
         return metrics
 
     def state_dict(self) -> dict[str, Any]:
-        return {"episode_return": self.episode_return.copy(), "episode_length": self.episode_length.copy()}
+        return {
+            "episode_return": self.episode_return.copy(),
+            "episode_length": self.episode_length.copy(),
+            "episode_index": self.episode_index.copy(),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.episode_return = np.array(state["episode_return"], dtype=np.float64)
         self.episode_length = np.array(state["episode_length"], dtype=np.int64)
+        self.episode_index = np.array(state["episode_index"], dtype=np.int64)
 
 
 @torch.no_grad()

@@ -10,6 +10,7 @@ one run folder chosen by the main process, metrics averaged over processes, per-
 
 from __future__ import annotations
 
+import random
 import time
 import warnings
 from pathlib import Path
@@ -26,6 +27,7 @@ from verlog.ppo.rollout import Rollout, score
 from verlog.ppo.sampling import TransformersSampler
 from verlog.ppo.storage import TurnStorage
 from verlog.ppo.update import ppo_update
+from verlog.samples import SampleWriter, TurnSample, pick_turns
 
 __all__ = ["Trainer", "new_run_dir"]
 
@@ -125,7 +127,9 @@ class Trainer:
             config.prompt.max_prompt_tokens,
             config.prompt.format_request,
         )
-        self.rollout = Rollout(self.envs, self.sampler, prompts, binary_reward=env.binary_reward)
+        self.rollout = Rollout(
+            self.envs, self.sampler, prompts, binary_reward=env.binary_reward, env_id=env.id
+        )
         self.storage = TurnStorage(
             ppo.turns_per_update, env.num_envs, config.prompt.max_response_tokens, self.tokenizer.pad_token_id
         )
@@ -139,10 +143,12 @@ class Trainer:
             self._resume()  # last: it restores the RNG states
         if accelerator.is_main_process:
             (self.run_dir / "config.toml").write_text(config.to_toml())
-        # project "verlog", one run per run folder (tensorboard writes under <run>/verlog/)
+        # One tracker run per run folder (tensorboard writes under <run>/<project>/).
         accelerator.init_trackers(
-            "verlog", config=_flat(config.to_dict()), init_kwargs={"wandb": {"name": self.run_dir.name}}
+            config.run.project, config=_flat(config.to_dict()), init_kwargs=self._tracker_kwargs()
         )
+        self.samples = SampleWriter(self.run_dir) if accelerator.is_main_process else None
+        self.sample_rng = random.Random(config.run.seed)
         self.logger = RunLogger(
             self.run_dir,
             accelerator,
@@ -169,13 +175,17 @@ class Trainer:
         finally:
             self.logger.close()
             self.envs.close()
+            if self.samples is not None:
+                self.samples.close()
 
     def train_update(self) -> dict[str, float]:
         """One update: collect, score, returns, PPO, then slot T becomes slot 0."""
         cfg, ppo = self.config, self.config.ppo
         start = time.perf_counter()
         self.sampler.update_weights()
-        metrics = self.rollout.collect(self.storage)
+        every = cfg.run.samples_every
+        turns: list[dict[str, Any]] | None = [] if every and self.update % every == 0 else None
+        metrics = self.rollout.collect(self.storage, samples=turns)
         metrics.update(self._score(self.storage, logprobs=True))
         self.storage.compute_returns(
             turn_gamma=ppo.turn_gamma,
@@ -189,6 +199,8 @@ class Trainer:
         metrics.update(self._ppo(self.storage, train_actor=True))
         metrics["time/update"] = time.perf_counter() - clock
         self.storage.after_update()
+        if turns is not None:
+            self._write_samples(turns)
         self.update += 1
         self.global_step += self.derived.global_batch_turns
         elapsed = time.perf_counter() - start
@@ -235,6 +247,32 @@ class Trainer:
         self.warmed_up = True
 
     # ------------------------------------------------------------------ pieces
+    def _tracker_kwargs(self) -> dict[str, dict[str, Any]]:
+        """Name the tracker run after the run folder unless the config says otherwise."""
+        name = self.config.run.run_name or self.run_dir.name
+        kwargs: dict[str, dict[str, Any]] = {
+            "wandb": {"name": name, "dir": str(self.run_dir)},
+            "swanlab": {"experiment_name": name, "logdir": str(self.run_dir / "swanlog")},
+            "mlflow": {"run_name": name},
+        }
+        for tracker, extra in self.config.run.tracker_kwargs.items():
+            kwargs.setdefault(tracker, {}).update(extra)
+        return kwargs
+
+    def _write_samples(self, turns: list[dict[str, Any]]) -> None:
+        """Keep a few turns per env family, with their prompts decoded, in samples.jsonl and tracker tables."""
+        if self.samples is None:
+            return
+        picked = pick_turns(turns, self.config.run.samples_per_family, self.sample_rng)
+        records = []
+        for turn in picked:
+            prompt = self.tokenizer.decode(turn.pop("prompt_ids"))
+            records.append(
+                TurnSample(update=self.update, global_step=self.global_step, prompt=prompt, **turn)
+            )
+        self.samples.write_many(records)
+        self.logger.log_samples(records, step=self.global_step)
+
     def _score(self, storage: TurnStorage, *, logprobs: bool) -> dict[str, float]:
         clock = time.perf_counter()
         score(
