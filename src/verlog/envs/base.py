@@ -81,7 +81,8 @@ class TextEnv(gym.Env[str, str], ABC):
         self.invalid_action_penalty = float(invalid_action_penalty)
         self.invalid_action_feedback = bool(invalid_action_feedback)
         self.strict_parsing = bool(strict_parsing)
-        self.observation_space = text_space(self.max_observation_chars)
+        note = self.invalid_action_note(ParsedAction(self.default_action, False, ""))
+        self.observation_space = text_space(self.max_observation_chars + len(note))
         self.action_space = text_space(self.max_action_chars)
         self._observation = ""
         self._invalid_actions = 0

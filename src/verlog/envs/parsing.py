@@ -26,10 +26,8 @@ __all__ = ["ParsedAction", "extract_candidate", "normalize", "parse_action"]
 #: where any of the accepted formats puts the action.
 MAX_SCANNED_CHARS = 4096
 
-_TAG_PATTERNS = (
-    re.compile(r"<action>(.*?)</action>", re.IGNORECASE | re.DOTALL),
-    re.compile(r"<\|ACTION\|>(.*?)<\|END\|>", re.DOTALL),
-)
+#: (opening, closing, case-insensitive) of the tag formats, ours first, then BALROG's robust agents'.
+_TAGS = (("<action>", "</action>", True), ("<|ACTION|>", "<|END|>", False))
 _ACTION_LABEL = re.compile(r"action\s*:", re.IGNORECASE)
 _BALROG_FILTER = re.compile(r"[^A-Za-z\s:]")
 _NON_WORD = re.compile(r"[^0-9a-z]+")
@@ -53,25 +51,37 @@ class ParsedAction:
 def extract_candidate(text: str) -> str:
     """Return the part of ``text`` that should name the action (rule 1 of the module docstring)."""
     text = text[-MAX_SCANNED_CHARS:]
-    for pattern in _TAG_PATTERNS:
-        found = pattern.findall(text)
-        if found:
-            return found[-1]
+    for opening, closing, fold in _TAGS:
+        haystack = _fold(text) if fold else text
+        end = haystack.rfind(closing)
+        start = haystack.rfind(opening, 0, end) if end >= 0 else -1
+        if start >= 0:
+            return text[start + len(opening) : end]
     labels = list(_ACTION_LABEL.finditer(text))
     return text[labels[-1].end() :] if labels else text
 
 
 def _balrog_candidate(text: str) -> str:
-    """BALROG's agents, exactly: the client strips the completion; tags and ``ACTION:`` (case-sensitive)
-    are stripped after extraction; a bare answer is letter-filtered but not stripped again."""
-    text = text.strip()[-MAX_SCANNED_CHARS:]
-    for pattern in _TAG_PATTERNS:
-        found = pattern.findall(text)
-        if found:
-            return found[-1].strip()
+    """BALROG's agents, exactly, on the whole response: the client strips the completion; the robust
+    agents take the *first* ``<|ACTION|>…<|END|>`` pair (``re.search``); the CoT agent the text after the
+    last ``ACTION:`` (case-sensitive); both strip after extraction; a bare answer is letter-filtered but not
+    stripped again. Plain ``str.find`` keeps it linear on a megabyte of junk."""
+    text = text.strip()
+    for opening, closing, fold in _TAGS:
+        haystack = _fold(text) if fold else text
+        start = haystack.find(opening)
+        end = haystack.find(closing, start + len(opening)) if start >= 0 else -1
+        if end >= 0:
+            return text[start + len(opening) : end].strip()
     filtered = _BALROG_FILTER.sub("", text)
     index = filtered.rfind("ACTION:")
     return filtered[index + len("ACTION:") :].strip() if index >= 0 else filtered
+
+
+def _fold(text: str) -> str:
+    """``text.lower()`` where that keeps every index in place (a few characters lower-case to two)."""
+    lowered = text.lower()
+    return lowered if len(lowered) == len(text) else text
 
 
 def normalize(text: str) -> str:
