@@ -1,0 +1,214 @@
+"""The ``verlog`` console script: ``verlog list``, ``verlog play ID``.
+
+Each subcommand is one function registered with :func:`subcommand`, which also names the function that adds
+its arguments; ``main`` builds the argparse parser from the registry. To add one (``eval``, ``report``)::
+
+    def _eval_arguments(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("checkpoint")
+
+    @subcommand("eval", "Evaluate a checkpoint on a suite.", _eval_arguments)
+    def eval_command(args: argparse.Namespace) -> int:
+        ...
+        return 0
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from verlog.memory import MEMORIES
+
+__all__ = ["COMMANDS", "Command", "build_parser", "main", "subcommand"]
+
+
+@dataclass(frozen=True)
+class Command:
+    """A registered subcommand: its help line, its argument builder and the function that runs it."""
+
+    help: str
+    arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+
+
+#: Every subcommand, by name, in the order they were registered.
+COMMANDS: dict[str, Command] = {}
+
+
+def _no_arguments(parser: argparse.ArgumentParser) -> None:
+    del parser
+
+
+def subcommand(
+    name: str, help: str, arguments: Callable[[argparse.ArgumentParser], None] = _no_arguments
+) -> Callable[[Callable[[argparse.Namespace], int]], Callable[[argparse.Namespace], int]]:
+    """Register ``run(args) -> exit code`` as ``verlog <name>``; ``arguments(parser)`` adds its arguments."""
+
+    def register(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+        if name in COMMANDS:
+            raise ValueError(f"subcommand {name!r} is already registered")
+        COMMANDS[name] = Command(help, arguments, run)
+        return run
+
+    return register
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``verlog`` parser, one subparser per registered subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="verlog", description="Text games for LLM agents, and a PPO learner."
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, command in COMMANDS.items():
+        sub_parser = sub.add_parser(name, help=command.help, description=command.help)
+        command.arguments(sub_parser)
+        sub_parser.set_defaults(run=command.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the console script; returns the exit code."""
+    args = build_parser().parse_args(argv)
+    return int(args.run(args))
+
+
+# ---------------------------------------------------------------------------------------------- verlog list
+def _verlog_ids() -> list[str]:
+    import gymnasium as gym
+
+    import verlog  # noqa: F401  (registers the ids)
+
+    return sorted(env_id for env_id in gym.registry if env_id.startswith("verlog/"))
+
+
+@subcommand("list", "List every registered verlog env id with its description.")
+def list_command(args: argparse.Namespace) -> int:
+    import gymnasium as gym
+
+    del args
+    ids = _verlog_ids()
+    width = max((len(env_id) for env_id in ids), default=0)
+    for env_id in ids:
+        description = getattr(gym.registry[env_id], "description", "")
+        print(f"{env_id:<{width}}  {description}".rstrip())
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------- verlog play
+def _play_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("env_id", metavar="ID", help="a registered env id, e.g. verlog/BabyAI-GoTo-v0")
+    parser.add_argument(
+        "--seed", type=int, default=None, help="seed of the first episode (later ones follow)"
+    )
+    parser.add_argument(
+        "--memory",
+        default="none",
+        choices=sorted(MEMORIES),
+        help="show the observation the way this memory wrapper gives it to an agent",
+    )
+
+
+@subcommand("play", "Play an env yourself in the terminal.", _play_arguments)
+def play_command(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    console = Console(highlight=False)
+    try:
+        env = _make_play_env(args.env_id, args.memory)
+    except Exception as error:  # an unknown id or a broken env: say so, no traceback
+        console.print(f"[bold red]Cannot make {args.env_id}:[/] {type(error).__name__}: {error}")
+        return 2
+    try:
+        _play(env, console, args.seed)
+    except (EOFError, KeyboardInterrupt):
+        console.print("\n[dim]Bye.[/]")
+    finally:
+        env.close()
+    return 0
+
+
+def _make_play_env(env_id: str, memory: str) -> Any:
+    import gymnasium as gym
+    from gymnasium.envs.registration import load_env_creator
+
+    import verlog  # noqa: F401  (registers the ids)
+    from verlog.memory import wrap_memory
+
+    entry_point = gym.spec(env_id).entry_point
+    creator = load_env_creator(entry_point) if isinstance(entry_point, str) else entry_point
+    modes = getattr(creator, "metadata", {}).get("render_modes", [])
+    env = gym.make(env_id, render_mode="ansi") if "ansi" in modes else gym.make(env_id)
+    return wrap_memory(env, memory)
+
+
+def _frame(env: Any, shown: str) -> str | None:
+    """The env's ``ansi`` frame when it draws something the observation does not already say (BabaIsAI's
+    grid); the default ``ansi`` frame of a text env is its observation, shown once."""
+    if getattr(env.unwrapped, "render_mode", None) != "ansi":
+        return None
+    frame = env.render()
+    if not isinstance(frame, str) or not frame.strip() or frame in shown:
+        return None
+    return frame
+
+
+def _play(env: Any, console: Any, seed: int | None) -> None:
+    from rich.markup import escape
+    from rich.panel import Panel
+
+    episode = 0
+    while True:
+        episode += 1
+        obs, info = env.reset(seed=seed if episode == 1 else None)
+        console.rule(f"[bold]Episode {episode}[/]")
+        console.print(
+            Panel(escape(str(info.get("instruction", ""))), title="Instruction", border_style="blue")
+        )
+        total, steps = 0.0, 0
+        while True:
+            frame = _frame(env, obs)
+            if frame is not None:
+                console.print(Panel(escape(frame), title="Grid", border_style="magenta", expand=False))
+            console.print(Panel(escape(obs), title=f"Observation (step {steps})", border_style="cyan"))
+            actions = list(info.get("valid_actions", []))
+            if actions:
+                listed = "  ".join(f"[bold]{i}[/] {escape(a)}" for i, a in enumerate(actions, 1))
+                console.print(f"Valid actions: {listed}")
+            typed = console.input("[bold green]Your action[/] (text or number; Ctrl-D quits): ")
+            action = (
+                actions[int(typed) - 1]
+                if typed.strip().isdigit() and 0 < int(typed) <= len(actions)
+                else typed
+            )
+            obs, reward, terminated, truncated, info = env.step(action)
+            total += float(reward)
+            steps += 1
+            line = f"reward [bold]{reward:+.3f}[/]   return {total:+.3f}   progression {info.get('progression', 0.0):.2f}"
+            if not info.get("action_valid", True):
+                line += (
+                    f"   [yellow]'{escape(typed)}' is not a valid action: "
+                    f"'{escape(str(info.get('executed_action', '')))}' was executed[/]"
+                )
+            console.print(line)
+            if terminated or truncated:
+                how = "terminated" if terminated else "truncated (step limit)"
+                console.print(
+                    Panel(
+                        escape(obs),
+                        title=f"Episode {episode} {how}: return {total:+.3f} in {steps} steps, "
+                        f"progression {info.get('progression', 0.0):.2f}",
+                        border_style="green" if total > 0 else "red",
+                    )
+                )
+                break
+        again = console.input("Play again? [bold]\\[y/N][/] ").strip().lower()
+        if again not in ("y", "yes"):
+            console.print("[dim]Bye.[/]")
+            return
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,261 @@
+"""Vector text envs: Gymnasium's own Sync/Async vector envs, set up the way a turn-level learner needs them.
+
+:func:`make_vec` builds ``num_envs`` copies of a registered env, each wrapped in a memory, and batches them
+with :class:`gymnasium.vector.SyncVectorEnv` or :class:`gymnasium.vector.AsyncVectorEnv` (``shared_memory=False``:
+observations are Python strings) with same-step autoreset, so the infos of a step that ends an episode hold
+``final_obs`` / ``final_info`` (a truncated episode bootstraps from V(final_obs)) and the returned observation
+is already the next episode's first one.
+
+Two things are added to Gymnasium's classes, nothing else changes:
+
+* ``make_vec(..., seed=s)``: a first ``reset()`` without a seed seeds sub-env ``i`` with ``s + i``, so a
+  run is reproducible without the caller threading the seed through; an explicit ``reset(seed=...)`` wins.
+* a sub-env that raises gives a :class:`SubEnvError` naming the env index and the original exception. The
+  sync vector env keeps every sub-env for inspection; the async one closes the other workers cleanly first.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import importlib
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+from gymnasium.envs.registration import load_env_creator, registry
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
+
+from verlog.memory import MEMORIES, wrap_memory
+
+__all__ = ["EnvFactory", "SubEnvError", "TextAsyncVectorEnv", "TextSyncVectorEnv", "make_vec"]
+
+#: Keyword arguments :func:`gymnasium.make` itself takes (they are not the env's own).
+_MAKE_KWARGS = frozenset({"max_episode_steps", "disable_env_checker"})
+
+
+class SubEnvError(RuntimeError):
+    """A sub-env of a vector env raised: which one, and what it raised.
+
+    Attributes:
+        index: the sub-env's index in the vector env.
+        error_type: the original exception's class name.
+        message: the original exception's message.
+        others: ``(index, error_type, message)`` of further sub-envs that failed in the same call.
+    """
+
+    def __init__(
+        self,
+        index: int,
+        error_type: str,
+        message: str,
+        others: tuple[tuple[int, str, str], ...] = (),
+    ) -> None:
+        super().__init__(index, error_type, message, others)
+        self.index = index
+        self.error_type = error_type
+        self.message = message
+        self.others = others
+
+    def __str__(self) -> str:
+        failures = [(self.index, self.error_type, self.message), *self.others]
+        return "; ".join(f"sub-env {i} raised {kind}: {message}" for i, kind, message in failures)
+
+
+class _RemoteTraceback(Exception):
+    """Carries a worker's formatted traceback, shown as the cause of a :class:`SubEnvError`."""
+
+    def __str__(self) -> str:
+        return "\n" + str(self.args[0])
+
+
+class _NamesIndexOnError(gym.Wrapper):
+    """Turn an exception of sub-env ``index`` into a :class:`SubEnvError` (plain fields: it always pickles
+    back from a worker process, whatever the original exception was)."""
+
+    def __init__(self, env: gym.Env, index: int) -> None:
+        super().__init__(env)
+        self.index = index
+
+    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        try:
+            return self.env.reset(**kwargs)
+        except Exception as error:
+            raise SubEnvError(self.index, type(error).__name__, str(error)) from error
+
+    def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict[str, Any]]:
+        try:
+            return self.env.step(action)
+        except Exception as error:
+            raise SubEnvError(self.index, type(error).__name__, str(error)) from error
+
+
+class _SeedOnFirstReset:
+    """Mixin: the first reset without a seed uses the seed given to :func:`make_vec`."""
+
+    _first_seed: int | None = None
+
+    def _seed_for_reset(self, seed: int | list[int | None] | None) -> int | list[int | None] | None:
+        first, self._first_seed = self._first_seed, None
+        return first if seed is None else seed
+
+
+class TextSyncVectorEnv(_SeedOnFirstReset, SyncVectorEnv):
+    """:class:`~gymnasium.vector.SyncVectorEnv` whose sub-env errors name the sub-env (see module docstring)."""
+
+    def __init__(self, env_fns: list[Callable[[], gym.Env]], seed: int | None = None) -> None:
+        super().__init__(env_fns, copy=False, autoreset_mode=AutoresetMode.SAME_STEP)
+        self._first_seed = seed
+
+    def reset(
+        self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
+        return super().reset(seed=self._seed_for_reset(seed), options=options)
+
+
+class TextAsyncVectorEnv(_SeedOnFirstReset, AsyncVectorEnv):
+    """:class:`~gymnasium.vector.AsyncVectorEnv` (one process per sub-env) whose sub-env errors name the
+    sub-env and close the other workers cleanly (see module docstring)."""
+
+    def __init__(self, env_fns: list[Callable[[], gym.Env]], seed: int | None = None) -> None:
+        super().__init__(env_fns, shared_memory=False, copy=False, autoreset_mode=AutoresetMode.SAME_STEP)
+        self._first_seed = seed
+
+    def reset_async(
+        self, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None
+    ) -> None:
+        super().reset_async(seed=self._seed_for_reset(seed), options=options)
+
+    def _raise_if_errors(self, successes: Any) -> None:
+        successes = list(successes)
+        if all(successes):
+            return
+        failures = [self.error_queue.get() for _ in range(successes.count(False))]
+        failures.sort(key=lambda failure: failure[0])
+        for index, *_ in failures:
+            self.parent_pipes[index].close()
+            self.parent_pipes[index] = None  # the worker has exited
+        self._state = type(self._state).DEFAULT
+        self.close()  # the other workers exit cleanly; the object stays inspectable
+        if any(issubclass(error_type, KeyboardInterrupt) for _, error_type, _, _ in failures):
+            raise KeyboardInterrupt
+        named = [
+            (value.index, value.error_type, value.message)
+            if isinstance(value, SubEnvError)
+            else (index, error_type.__name__, str(value))
+            for index, error_type, value, _ in failures
+        ]
+        raise SubEnvError(*named[0], others=tuple(named[1:])) from _RemoteTraceback(failures[0][3])
+
+
+@dataclass(frozen=True)
+class EnvFactory:
+    """Builds sub-env ``index``: ``gym.make(env_id, **env_kwargs)`` wrapped in its memory (picklable)."""
+
+    env_id: str
+    env_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    memory: str | Callable[[gym.Env], gym.Env] | None = None
+    memory_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    #: The sub-env's index, named by the :class:`SubEnvError` of a failing step or reset.
+    index: int = 0
+
+    def __call__(self) -> gym.Env:
+        env = gym.make(self.env_id, **self.env_kwargs)
+        return _NamesIndexOnError(wrap_memory(env, self.memory, **self.memory_kwargs), self.index)
+
+
+def make_vec(
+    env_id: str,
+    num_envs: int = 1,
+    *,
+    vectorization_mode: str = "sync",
+    memory: str | Callable[[gym.Env], gym.Env] | None = None,
+    memory_kwargs: Mapping[str, Any] | None = None,
+    seed: int | None = None,
+    **env_kwargs: Any,
+) -> TextSyncVectorEnv | TextAsyncVectorEnv:
+    """Make ``num_envs`` copies of a registered text env, each in a memory, as one vector env.
+
+    Args:
+        env_id: a registered id, e.g. ``"verlog/BabyAI-GoTo-v0"``.
+        num_envs: number of sub-envs.
+        vectorization_mode: ``"sync"`` (one process, a loop) or ``"async"`` (one worker process per sub-env).
+        memory: ``None``/``"none"``, ``"history"``, ``"notes"`` (see :mod:`verlog.memory`), or a callable
+            ``env -> gymnasium.Wrapper``; it wraps each sub-env.
+        memory_kwargs: keyword arguments of the memory, e.g. ``{"turns": 4, "max_chars": 8000}``.
+        seed: the first ``reset()`` without a seed seeds sub-env ``i`` with ``seed + i``.
+        **env_kwargs: the env's own keyword arguments (e.g. ``invalid_action_penalty=-0.1``), and
+            :func:`gymnasium.make`'s ``max_episode_steps``.
+
+    Example:
+        >>> import verlog
+        >>> envs = verlog.make_vec("verlog/BabyAI-GoTo-v0", 2, memory="history", seed=0)  # doctest: +SKIP
+        >>> obs, infos = envs.reset()  # doctest: +SKIP
+        >>> obs, rewards, terminated, truncated, infos = envs.step(("go forward", "turn left"))  # doctest: +SKIP
+    """
+    if not isinstance(num_envs, int) or isinstance(num_envs, bool) or num_envs < 1:
+        raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
+    if vectorization_mode not in ("sync", "async"):
+        raise ValueError(f"vectorization_mode must be 'sync' or 'async', got {vectorization_mode!r}")
+    if memory is not None and not callable(memory) and memory not in MEMORIES:
+        raise ValueError(f"unknown memory {memory!r}; choose one of {sorted(MEMORIES)} or pass a callable")
+    _check_env_kwargs(env_id, env_kwargs)
+    factory = EnvFactory(env_id, dict(env_kwargs), memory, dict(memory_kwargs or {}))
+    env_fns = [dataclasses.replace(factory, index=i) for i in range(num_envs)]
+    if vectorization_mode == "sync":
+        envs: TextSyncVectorEnv | TextAsyncVectorEnv = TextSyncVectorEnv(env_fns, seed=seed)
+    else:
+        envs = TextAsyncVectorEnv(env_fns, seed=seed)
+    if seed is not None:
+        envs.action_space.seed(seed)
+    return envs
+
+
+def _check_env_kwargs(env_id: str, env_kwargs: Mapping[str, Any]) -> None:
+    """Fail before any process starts: an unknown id or a keyword the env does not take."""
+    if ":" in env_id:  # gymnasium's "module:Env-v0": importing the module registers the id
+        module, env_id = env_id.split(":", 1)
+        importlib.import_module(module)
+    if env_id not in registry:
+        close = difflib.get_close_matches(env_id, list(registry), n=3)
+        hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+        raise gym.error.UnregisteredEnv(
+            f"no env registered with id {env_id!r}{hint} (`verlog list` lists them)"
+        )
+    entry_point = registry[env_id].entry_point
+    creator = load_env_creator(entry_point) if isinstance(entry_point, str) else entry_point
+    accepted = _keyword_names(creator)
+    if accepted is None:
+        return
+    unknown = sorted(set(env_kwargs) - accepted - _MAKE_KWARGS)
+    if unknown:
+        raise TypeError(
+            f"{env_id} does not take the keyword argument(s) {', '.join(unknown)}; "
+            f"it takes: {', '.join(sorted(accepted | _MAKE_KWARGS))}"
+        )
+
+
+def _keyword_names(creator: Any) -> set[str] | None:
+    """The keywords ``creator`` takes, following ``**kwargs`` handed up a class's ``__init__`` chain; None
+    when that cannot be known (a ``**kwargs`` that goes nowhere known, no signature)."""
+    chain = (
+        [vars(c)["__init__"] for c in creator.__mro__ if "__init__" in vars(c)]
+        if isinstance(creator, type)
+        else [creator]
+    )
+    names: set[str] = set()
+    for function in chain:
+        try:
+            parameters = list(inspect.signature(function).parameters.values())
+        except (TypeError, ValueError):
+            return None
+        names |= {
+            p.name
+            for p in parameters
+            if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        }
+        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+            return names - {"self"}
+    return None

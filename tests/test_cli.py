@@ -1,0 +1,135 @@
+"""The ``verlog`` console script: ``list`` and ``play`` (a person typing on stdin)."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import subprocess
+import sys
+import time
+from importlib.metadata import entry_points
+from typing import ClassVar
+
+import gymnasium as gym
+import pytest
+from gymnasium.envs.registration import register
+from toy_env import TOY_ID, LineEnv
+
+from verlog.cli import COMMANDS, build_parser, main, subcommand
+
+GRID_ID = "verlog_test/GridLine-v0"
+
+
+class GridLineEnv(LineEnv):
+    """The line game with a drawing of its own, like BabaIsAI's grid."""
+
+    metadata: ClassVar[dict] = {"render_modes": ["ansi"], "render_fps": 4}
+
+    def render(self) -> str | None:
+        if self.render_mode != "ansi":
+            return None
+        cells = ["."] * self.size
+        cells[self._target] = "T"
+        cells[self._position] = "@"
+        return "+" + "-" * self.size + "+\n|" + "".join(cells) + "|\n+" + "-" * self.size + "+"
+
+
+if GRID_ID not in gym.registry:
+    register(id=GRID_ID, entry_point=GridLineEnv)
+
+
+def _play(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], typed: str, *argv: str) -> str:
+    monkeypatch.setattr(sys, "stdin", io.StringIO(typed))
+    monkeypatch.setenv("COLUMNS", "120")
+    assert main(["play", *argv]) == 0
+    return capsys.readouterr().out
+
+
+def test_console_script_is_registered() -> None:
+    (script,) = [e for e in entry_points(group="console_scripts") if e.name == "verlog"]
+    assert script.value == "verlog.cli:main"
+
+
+def test_list_prints_every_verlog_id_with_its_description(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    ids = sorted(env_id for env_id in gym.registry if env_id.startswith("verlog/"))
+    assert [line.split()[0] for line in lines] == ids
+    for line, env_id in zip(lines, ids, strict=True):
+        assert line.endswith(gym.registry[env_id].description)
+    assert not any(TOY_ID in line for line in lines)
+
+
+def test_play_a_whole_episode_then_another(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first = LineEnv()
+    first.reset(seed=0)
+    moves = ["left" if first._target < first._position else "right"] * abs(first._target - first._position)
+    typed = "\n".join(["dance", "3", *moves, "y", "2", ""])  # EOF in episode 2
+    out = _play(monkeypatch, capsys, typed, TOY_ID, "--seed", "0")
+    assert "Instruction" in out and "Walk to the target T." in out
+    assert "Observation (step 0)" in out and "You are at" in out
+    assert "Valid actions: 1 left  2 right  3 wait" in out
+    assert "'dance' is not a valid action: 'wait' was executed" in out
+    assert "reward +0.000" in out and "progression 0.00" in out
+    assert f"Episode 1 terminated: return +1.000 in {len(moves) + 2} steps" in out
+    assert "progression 1.00" in out
+    assert "Episode 2" in out and "Bye." in out
+    assert "Traceback" not in out
+
+
+def test_play_with_memory_and_a_step_limit(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = _play(monkeypatch, capsys, "wait\n" * 12 + "n\n", TOY_ID, "--seed", "1", "--memory", "history")
+    assert "Current Observation:" in out and "Your response:" in out
+    assert "Episode 1 truncated (step limit): return +0.000 in 12 steps" in out
+    assert out.rstrip().endswith("Bye.")
+
+
+def test_play_shows_a_game_drawn_grid(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = _play(monkeypatch, capsys, "", GRID_ID, "--seed", "0")
+    assert "Grid" in out and "+-------+" in out
+    plain = _play(monkeypatch, capsys, "", TOY_ID, "--seed", "0")
+    assert "Grid" not in plain  # the default ansi frame is the observation, not shown twice
+
+
+def test_play_unknown_id_is_a_message_not_a_traceback(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["play", "verlog/Nope-v0"]) == 2
+    out = capsys.readouterr().out
+    assert "Cannot make verlog/Nope-v0" in out and "Traceback" not in out
+
+
+def test_subcommands_register_through_one_decorator() -> None:
+    assert list(COMMANDS)[:2] == ["list", "play"]
+    with pytest.raises(ValueError, match="already registered"):
+        subcommand("list", "again")(lambda args: 0)
+    with pytest.raises(SystemExit):
+        build_parser().parse_args([])  # a subcommand is required
+
+
+def test_ctrl_c_while_playing_exits_cleanly() -> None:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "verlog.cli", "play", "verlog/BabyAI-GoTo-v0", "--seed", "0"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "COLUMNS": "100"},
+    )
+    assert process.stdout is not None
+    out, deadline = b"", time.monotonic() + 60
+    while b"Your action" not in out and time.monotonic() < deadline:
+        chunk = os.read(process.stdout.fileno(), 4096)
+        if not chunk:
+            break
+        out += chunk
+    assert b"Your action" in out, out.decode(errors="replace")
+    process.send_signal(signal.SIGINT)
+    rest, _ = process.communicate(timeout=30)
+    out += rest
+    assert process.returncode == 0, out.decode(errors="replace")
+    assert b"Bye." in out and b"Traceback" not in out
