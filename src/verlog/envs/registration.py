@@ -48,3 +48,25 @@ def register_envs() -> None:
         "verlog.envs.crafter:CrafterTextEnv",
         "Crafter (BALROG settings), text observations, progression = achievements / 22",
     )
+
+    # --- BabaIsAI: the 40 BALROG level families, one id each; any family by level=; a mix drawn per reset
+    from verlog.envs.babaisai.levels import LEVELS
+
+    for family in LEVELS:
+        _register(
+            f"verlog/BabaIsAI-{family}-v0",
+            "verlog.envs.babaisai:BabaIsAIEnv",
+            f"BabaIsAI {family} (BALROG), text observations",
+            level=family,
+        )
+    _register(
+        "verlog/BabaIsAI-v0",
+        "verlog.envs.babaisai:BabaIsAIEnv",
+        "BabaIsAI, the level family given as level=... (default goto_win)",
+    )
+    _register(
+        "verlog/BabaIsAI-Mixed-v0",
+        "verlog.envs.babaisai:BabaIsAIEnv",
+        "BabaIsAI, one of the 40 BALROG level families drawn per reset",
+        levels=LEVELS,
+    )

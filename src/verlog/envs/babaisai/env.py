@@ -1,0 +1,162 @@
+"""``BabaIsAIEnv``: a BabaIsAI level family as a Gymnasium text environment."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+
+from verlog.envs.babaisai.engine import ACTIONS, Board, State, step, you_cells
+from verlog.envs.babaisai.levels import LEVELS, generate
+from verlog.envs.babaisai.render import render_ansi, render_rgb
+from verlog.envs.babaisai.text import describe
+from verlog.envs.base import TextEnv
+
+__all__ = ["INSTRUCTION", "BabaIsAIEnv"]
+
+INSTRUCTION = """You are playing Baba Is You, a puzzle game in which the rules of a level are word blocks lying on the map, and you change the rules by pushing those blocks around.
+
+A rule is three word blocks in a row, read left to right or top to bottom, such as `baba is you`. The observation lists the active rules, then every object and word block (shown as rule `word`) with its offset from the object you control.
+
+Actions (answer with exactly one of them each turn):
+idle: wait for one step,
+up: move one step up,
+right: move one step to the right,
+down: move one step down,
+left: move one step to the left.
+
+Tips:
+- Look at every object and every word block on the map before you move.
+- Rules have the shape [Subject] IS [Property]: BABA IS YOU means that you control baba.
+- Pushing a word block out of line breaks its rule; pushing blocks into line makes a new one.
+- Objects that are STOP cannot be walked through; word blocks can always be pushed.
+- You usually win by moving onto an object that is WIN.
+- Be creative: if you are stuck, break a rule that is in the way.
+- You can make a different object YOU, or change which object is WIN.
+
+PLAY!"""
+
+_SYNONYMS = {
+    "wait": "idle",
+    "noop": "idle",
+    "stay": "idle",
+    "do nothing": "idle",
+    "north": "up",
+    "south": "down",
+    "east": "right",
+    "west": "left",
+    **{f"{verb} {d}": d for verb in ("move", "go", "step", "walk") for d in ACTIONS[1:]},
+}
+
+
+class BabaIsAIEnv(TextEnv):
+    """One BabaIsAI level family (or a mix of them) as a text env.
+
+    Args:
+        level: the family played (one of :data:`~verlog.envs.babaisai.levels.LEVELS`).
+        levels: if given, a family is drawn from these at every reset instead (``level`` is ignored).
+        max_steps: steps before the episode is truncated.
+        colors: use the fixed observation format (colour names, grammatical "step"/"steps", every object
+            listed) instead of BALROG's.
+        **kwargs: :class:`~verlog.envs.base.TextEnv` options (invalid-action policy, ``render_mode``).
+
+    Reward: ``1 - 0.9 * t / max_steps`` on the step ``t`` that wins, ``-1`` on a defeat, else 0.
+    An episode terminates on a win, a defeat, or when no object is YOU any more (``info["end_reason"]``
+    says which); it is truncated after ``max_steps`` steps.
+    """
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi", "rgb_array"], "render_fps": 4}
+    actions: ClassVar[tuple[str, ...]] = ACTIONS
+    default_action: ClassVar[str] = "idle"
+    synonyms: ClassVar[dict[str, str]] = _SYNONYMS
+
+    def __init__(
+        self,
+        level: str = "goto_win",
+        levels: tuple[str, ...] | list[str] | None = None,
+        max_steps: int = 100,
+        colors: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        families = tuple(levels) if levels is not None else (level,)
+        unknown = [f for f in families if f not in LEVELS]
+        if unknown or not families:
+            raise ValueError(f"unknown BabaIsAI level families {unknown}; choose from verlog's LEVELS")
+        if max_steps < 1:
+            raise ValueError("max_steps must be at least 1")
+        self.levels = families
+        self.max_steps = int(max_steps)
+        self.colors = bool(colors)
+        self.level = families[0]
+        self.target_plan = ""
+        self.board: Board | None = None
+        self.state: State | None = None
+        self.steps = 0
+        self._won = False
+        self._anchor: int | None = None
+
+    # ------------------------------------------------------------------ hooks
+    def _new_episode(self) -> tuple[str, dict[str, Any]]:
+        rng: np.random.Generator = self.np_random
+        self.level = (
+            self.levels[int(rng.integers(len(self.levels)))] if len(self.levels) > 1 else self.levels[0]
+        )
+        generated = generate(self.level, rng)
+        self.board, self.state, self.target_plan = generated.board, generated.state, generated.target_plan
+        self.steps = 0
+        self._won = False
+        return self._text(), self._game_info(None)
+
+    def _apply(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        assert self.board is not None and self.state is not None, "call reset() first"
+        self.steps += 1
+        out = step(self.board, self.state, ACTIONS.index(action))
+        self.state = out.state
+        reward, reason = 0.0, None
+        if out.won:
+            self._won = True
+            reward, reason = 1.0 - 0.9 * self.steps / self.max_steps, "win"
+        elif out.lost:
+            reward, reason = -1.0, "defeat"
+        elif not out.alive:
+            reason = "no_you"
+        terminated = reason is not None
+        truncated = not terminated and self.steps >= self.max_steps
+        if truncated:
+            reason = "max_steps"
+        return self._text(), reward, terminated, truncated, self._game_info(reason)
+
+    def _instruction(self) -> str:
+        return INSTRUCTION
+
+    def _progression(self) -> float:
+        return 1.0 if self._won else 0.0
+
+    # ------------------------------------------------------------------ helpers
+    def _text(self) -> str:
+        assert self.board is not None and self.state is not None
+        cells = you_cells(self.state)
+        if cells:
+            self._anchor = cells[0]
+        return describe(self.board, self.state, self.colors, self._anchor)
+
+    def _game_info(self, reason: str | None) -> dict[str, Any]:
+        assert self.state is not None
+        return {
+            "level": self.level,
+            "rules": self.state.rules.named(),
+            "steps": self.steps,
+            "won": self._won,
+            "end_reason": reason,
+            "target_plan": self.target_plan,
+        }
+
+    def render(self) -> Any:
+        if self.board is None or self.state is None:
+            return None
+        if self.render_mode == "ansi":
+            return render_ansi(self.board, self.state)
+        if self.render_mode == "rgb_array":
+            return render_rgb(self.board, self.state)
+        return None

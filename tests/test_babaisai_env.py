@@ -1,0 +1,213 @@
+"""The BabaIsAI text env: observation text (BALROG's and the fixed one), info, rewards, episode ends."""
+
+from __future__ import annotations
+
+import pickle
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import verlog  # noqa: F401  (registers the ids)
+from verlog.envs.babaisai import LEVELS, BabaIsAIEnv, solve
+from verlog.envs.babaisai.levels import level_from_map
+from verlog.envs.babaisai.text import describe
+
+MAP = """
+    #########
+    #B=Y....#
+    #.k...d.#
+    #...@...#
+    #K=V....#
+    #.....o.#
+    #########
+"""
+
+
+def test_text_matches_balrog_format_and_its_step_quirk() -> None:
+    board, state = level_from_map(MAP)
+    assert describe(board, state) == "\n".join(
+        [
+            "Active rules:",
+            "baba is you",
+            "key is win",
+            "",
+            "Objects on the map:",
+            "rule `baba` 3 step to the left and 2 step up",
+            "rule `is` 2 step to the left and 2 step up",
+            "rule `you` 1 step to the left and 2 step up",
+            "key 2 step to the left and 1 step up",
+            "door 2 steps to the right and 1 step up",
+            "rule `key` 3 step to the left and 1 step down",
+            "rule `is` 2 step to the left and 1 step down",
+            "rule `win` 1 step to the left and 1 step down",
+            "ball 2 steps to the right and 2 steps down",
+        ]
+    )
+
+
+def test_fixed_text_names_colours_and_counts_steps_right() -> None:
+    board, state = level_from_map(MAP)
+    text = describe(board, state, colors=True)
+    assert "rule `baba` 3 steps to the left and 2 steps up" in text
+    assert "blue key 2 steps to the left and 1 step up" in text
+    assert "red door 2 steps to the right and 1 step up" in text
+    assert "green ball 2 steps to the right and 2 steps down" in text
+    assert "baba" not in text.split("Objects on the map:\n")[1].replace("rule `baba`", "")
+
+
+def test_reference_is_the_you_object_and_baba_is_hidden_in_balrog_format() -> None:
+    board, state = level_from_map("""
+        #######
+        #K=Y..#
+        #.k.@.#
+        #######
+    """)
+    objects = describe(board, state).split("Objects on the map:\n")[1].split("\n")
+    assert objects == [
+        "rule `key` 1 step to the left and 1 step up",
+        "rule `is` 1 step up",
+        "rule `you` 1 step to the right and 1 step up",
+        "",  # the key itself, at offset 0 (the reference wrapper's output)
+    ]
+    fixed = describe(board, state, colors=True).split("Objects on the map:\n")[1].split("\n")
+    assert fixed[-1] == "white baba 2 steps to the right"
+    assert "" not in fixed
+
+
+def test_noun_is_noun_rules_are_listed_only_in_the_fixed_text() -> None:
+    board, state = level_from_map("""
+        #######
+        #B=Y..#
+        #K=L@.#
+        #######
+    """)
+    assert describe(board, state).startswith("Active rules:\nbaba is you\n\n")
+    assert describe(board, state, colors=True).startswith("Active rules:\nbaba is you\nkey is ball\n\n")
+
+
+def test_reset_text_and_info() -> None:
+    env = BabaIsAIEnv(level="two_room-break_stop-goto_win")
+    obs, info = env.reset(seed=3)
+    assert obs == describe(env.board, env.state)
+    assert obs.startswith("Active rules:\n") and "\n\nObjects on the map:\n" in obs
+    assert ("wall", "stop") in info["rules"] and ("baba", "you") in info["rules"]
+    assert info["level"] == "two_room-break_stop-goto_win" and info["end_reason"] is None
+    assert info["valid_actions"] == ["idle", "up", "right", "down", "left"]
+    assert "PLAY!" in info["instruction"] and "goto" not in info["instruction"]
+
+
+def test_colors_option_gives_the_fixed_text() -> None:
+    env = BabaIsAIEnv(level="goto_win-distr_obj", colors=True)
+    obs, _ = env.reset(seed=4)
+    assert obs == describe(env.board, env.state, colors=True)
+    assert any(c in obs for c in ("red ", "blue ", "green "))
+
+
+def test_invalid_action_runs_idle_and_synonyms_parse() -> None:
+    env = BabaIsAIEnv(level="goto_win", invalid_action_penalty=-0.1)
+    obs, _ = env.reset(seed=0)
+    text, reward, terminated, truncated, info = env.step("dance!")
+    assert info["executed_action"] == "idle" and not info["action_valid"] and info["invalid_actions"] == 1
+    assert text.endswith(obs) and text != obs and reward == pytest.approx(-0.1)
+    assert not terminated and not truncated and info["steps"] == 1
+    assert env.parse("Move up.").action == "up" and env.parse("<action>left</action>").action == "left"
+
+
+def test_win_reward_progression_and_solver_replay() -> None:
+    env = gym.make("verlog/BabaIsAI-make_win-v0")
+    env.reset(seed=1)
+    plan = solve(env)
+    assert plan
+    for i, action in enumerate(plan, start=1):
+        _, reward, terminated, truncated, info = env.step(action)
+        assert terminated == (i == len(plan)) and not truncated
+    assert reward == pytest.approx(1 - 0.9 * len(plan) / 100)
+    assert info["won"] and info["progression"] == 1.0 and info["end_reason"] == "win"
+
+
+def test_no_you_ends_the_episode_as_a_failure() -> None:
+    env = BabaIsAIEnv()
+    env.reset(seed=0)
+    env.board, env.state = level_from_map("""
+        #######
+        #.....#
+        #B=Y..#
+        #.@...#
+        #######
+    """)
+    text, reward, terminated, truncated, info = env.step("up")
+    assert terminated and not truncated and reward == 0.0
+    assert info["end_reason"] == "no_you" and info["progression"] == 0.0 and info["rules"] == []
+    assert "Objects on the map:" in text
+
+
+def test_defeat_reward() -> None:
+    env = BabaIsAIEnv()
+    env.reset(seed=0)
+    env.board, env.state = level_from_map("""
+        #######
+        #B=Y..#
+        #K=X..#
+        #.@k..#
+        #######
+    """)
+    _, reward, terminated, _, info = env.step("right")
+    assert terminated and reward == -1.0 and info["end_reason"] == "defeat"
+
+
+def test_truncation_after_max_steps() -> None:
+    env = BabaIsAIEnv(level="goto_win", max_steps=2)
+    env.reset(seed=0)
+    assert env.step("idle")[3] is False
+    _, _, terminated, truncated, info = env.step("idle")
+    assert truncated and not terminated and info["end_reason"] == "max_steps"
+
+
+def test_mixed_draws_families_from_the_seed() -> None:
+    env = gym.make("verlog/BabaIsAI-Mixed-v0")
+    seen = {env.reset(seed=s)[1]["level"] for s in range(40)}
+    assert len(seen) > 10 and seen <= set(LEVELS)
+    first = [env.reset(seed=7)[0] for _ in range(2)]
+    assert first[0] == first[1]
+
+
+def test_level_argument_and_unknown_level() -> None:
+    env = gym.make("verlog/BabaIsAI-v0", level="two_room-make_you")
+    assert env.reset(seed=0)[1]["level"] == "two_room-make_you"
+    with pytest.raises(ValueError):
+        BabaIsAIEnv(level="no_such_level")
+
+
+def test_render_modes() -> None:
+    env = BabaIsAIEnv(level="two_room-make_wall_win", render_mode="ansi")
+    env.reset(seed=0)
+    grid = env.render().split("\n")
+    assert grid[0] == "#" * 13 and len(grid[:9]) == 9 and all(len(row) == 13 for row in grid[:9])
+    assert "@" in env.render()
+    env = BabaIsAIEnv(level="goto_win", render_mode="rgb_array")
+    env.reset(seed=0)
+    image = env.render()
+    assert image.shape == (8 * 16, 8 * 16, 3) and image.dtype == np.uint8
+
+
+def test_pickled_env_continues_identically() -> None:
+    env = BabaIsAIEnv(level="two_room-make_you")
+    env.reset(seed=5)
+    env.step("left")
+    clone = pickle.loads(pickle.dumps(env))
+    for action in ("up", "up", "right", "down"):
+        assert env.step(action)[0] == clone.step(action)[0]
+
+
+@pytest.mark.parametrize(
+    "env_id",
+    [
+        "verlog/BabaIsAI-goto_win-v0",
+        "verlog/BabaIsAI-two_room-make_you-make_win-v0",
+        "verlog/BabaIsAI-Mixed-v0",
+    ],
+)
+def test_gymnasium_env_checker(env_id: str) -> None:
+    check_env(gym.make(env_id).unwrapped)
