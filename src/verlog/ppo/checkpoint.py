@@ -5,9 +5,14 @@ renamed in one ``os.replace``, so a crash mid-write leaves a stray temporary fol
 checkpoint intact; :func:`latest_checkpoint` only ever sees complete ones. Inside::
 
     state/            accelerate.save_state: actor, critic, both optimisers, RNG states of every process
+                      (under DeepSpeed: the actor's engine, i.e. every process's ZeRO shards of it)
+    critic_state/     under DeepSpeed only: the critic's engine (each model has its own accelerator there)
     trainer-<rank>.pt counters, storage slot 0, running episode statistics (one file per process)
     envs-<rank>.pkl   the pickled sub-envs (sync vector envs), with their RNGs and memories
-    actor/            the actor and tokenizer in Hugging Face format (when run.export_actor), for evaluation
+    actor/            the actor and tokenizer in Hugging Face format (when run.export_actor), for evaluation:
+                      consolidated from ZeRO-3 shards, LoRA adapters merged
+
+Every process writes into the same folder, so a multi-machine run needs the run folder on a shared filesystem.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import os
 import pickle
 import re
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -49,11 +54,14 @@ def save_checkpoint(
     envs: list[Any] | None,
     export: Callable[[Path], None] | None = None,
     keep: int = 2,
+    more_states: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write checkpoint ``update`` atomically and keep only the newest ``keep``; return its folder.
 
     Every process calls this; each writes its own files into the temporary folder, the main process
-    renames it once all have finished.
+    renames it once all have finished. ``more_states`` maps a folder name to a further accelerator whose
+    state is saved there (DeepSpeed's one accelerator per model). ``export(folder)`` runs on every process
+    (gathering ZeRO-3 weights is collective) and writes on the main one.
     """
     root = checkpoint_dir(run_dir)
     final = root / f"{update:06d}"
@@ -64,11 +72,13 @@ def save_checkpoint(
     accelerator.wait_for_everyone()
     rank = accelerator.process_index
     accelerator.save_state(str(tmp / "state"))
+    for name, other in (more_states or {}).items():
+        other.save_state(str(tmp / name))
     torch.save(trainer_state, tmp / f"trainer-{rank}.pt")
     if envs is not None:
         with open(tmp / f"envs-{rank}.pkl", "wb") as f:
             pickle.dump(envs, f, protocol=pickle.HIGHEST_PROTOCOL)
-    if export is not None and accelerator.is_main_process:
+    if export is not None:
         export(tmp / "actor")
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
@@ -86,11 +96,23 @@ def save_checkpoint(
     return final
 
 
-def load_checkpoint(path: str | Path, *, accelerator: Any) -> tuple[dict[str, Any], list[Any] | None]:
+def load_checkpoint(
+    path: str | Path, *, accelerator: Any, more_states: Mapping[str, Any] | None = None
+) -> tuple[dict[str, Any], list[Any] | None]:
     """Restore models, optimisers and RNGs in place; return this process's trainer state and envs."""
     path = Path(path)
     rank = accelerator.process_index
-    accelerator.load_state(str(path / "state"))
+    writers = len(list(path.glob("trainer-*.pt")))
+    if writers != accelerator.num_processes:
+        raise ValueError(
+            f"{path} was written by {writers} process(es); resume it with the same number (each one's envs and "
+            f"ZeRO shards are its own), not {accelerator.num_processes}"
+        )
+    for name, other in (more_states or {}).items():
+        if not (path / name).is_dir():
+            raise FileNotFoundError(f"{path} has no {name}/ (was it saved by a launch without DeepSpeed?)")
+        other.load_state(str(path / name))
+    accelerator.load_state(str(path / "state"))  # last: its RNG states are the ones that count
     trainer_state = torch.load(path / f"trainer-{rank}.pt", weights_only=False)
     envs = None
     if (path / f"envs-{rank}.pkl").exists():

@@ -108,6 +108,14 @@ class ModelConfig:
     """Recompute activations in the backward pass (less memory, more time)."""
     build_tiny: bool = False
     """If ``path`` does not exist, build a tiny model and tokenizer there from the env's own text."""
+    lora_r: int = 0
+    """LoRA rank of the actor (0 = full fine-tuning); with LoRA the reference is the base, adapters off."""
+    lora_alpha: float = 32.0
+    """LoRA scaling numerator (the update is scaled by lora_alpha / lora_r)."""
+    lora_target_modules: list[str] = field(default_factory=list)
+    """Module names that get adapters ([] = every linear layer except the output heads)."""
+    critic_lora: bool = False
+    """Also train the critic through LoRA adapters (its value head trains fully); needs lora_r > 0."""
 
 
 @dataclass
@@ -130,6 +138,12 @@ class SamplingConfig:
     """Nucleus sampling threshold (1.0 = off)."""
     batch_size: int = 0
     """Prompts per generate call (0 = all envs at once)."""
+    backend: Literal["auto", "transformers", "vllm"] = "auto"
+    """Generation engine: "auto" takes vLLM when it imports and a CUDA GPU is present, else transformers."""
+    vllm_gpu_memory_utilization: float = 0.3
+    """Fraction of the GPU vLLM may take (weights + KV cache); the rest is left to training."""
+    vllm_sleep_level: int = 1
+    """vLLM sleep while training: 1 = weights to CPU and KV cache freed, 2 = weights dropped too, 0 = awake."""
 
 
 @dataclass
@@ -239,6 +253,18 @@ class Config:
             raise ConfigError("run.samples_every and run.samples_per_family must be >= 0")
         if not self.model.path:
             raise ConfigError("model.path is required (a local folder or a Hugging Face id)")
+        if self.model.lora_r < 0 or (self.model.lora_r and self.model.lora_alpha <= 0):
+            raise ConfigError("model.lora_r must be >= 0 and model.lora_alpha > 0")
+        if self.model.critic_lora and not self.model.lora_r:
+            raise ConfigError("model.critic_lora needs model.lora_r > 0")
+        if not 0.0 < self.sampling.vllm_gpu_memory_utilization < 1.0:
+            raise ConfigError(
+                f"sampling.vllm_gpu_memory_utilization must be in (0, 1), got {self.sampling.vllm_gpu_memory_utilization}"
+            )
+        if self.sampling.vllm_sleep_level not in (0, 1, 2):
+            raise ConfigError(
+                f"sampling.vllm_sleep_level must be 0, 1 or 2, got {self.sampling.vllm_sleep_level}"
+            )
         batch = ppo.turns_per_update * env.num_envs
         if batch % ppo.num_minibatches:
             raise ConfigError(

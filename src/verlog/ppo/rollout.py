@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
-from verlog.ppo.policy import actor_logprobs, collate, critic_values
+from verlog.ppo.policy import Batch, actor_logprobs, collate, critic_values
 from verlog.ppo.prompts import PromptBuilder
 from verlog.ppo.sampling import Sampler
 from verlog.ppo.storage import TurnStorage, pack_by_tokens
@@ -168,13 +168,26 @@ class Rollout:
 
 @torch.no_grad()
 def state_values(
-    critic: nn.Module, prompts: Sequence[list[int]], *, pad_id: int, max_tokens: int, device: Any
+    critic: nn.Module,
+    prompts: Sequence[list[int]],
+    *,
+    pad_id: int,
+    max_tokens: int,
+    device: Any,
+    common_count: Callable[[int], int] | None = None,
 ) -> torch.Tensor:
-    """V(prompt) for each prompt: the critic's output at its last token."""
+    """V(prompt) for each prompt: the critic's output at its last token.
+
+    ``common_count(n)`` is the number of forward passes every process runs when the passes are collective
+    (DeepSpeed with several processes); this one pads with passes on a one-token batch.
+    """
     values = torch.zeros(len(prompts))
-    for group in pack_by_tokens([(len(p), 0) for p in prompts], max_tokens):
+    groups = pack_by_tokens([(len(p), 0) for p in prompts], max_tokens)
+    for group in groups:
         batch = collate([prompts[i] for i in group], [[] for _ in group], pad_id).to(device)
         values[group] = critic_values(critic, batch)[:, 0].cpu()
+    for _ in range(_padding(common_count, len(groups))):
+        critic_values(critic, _idle_batch(pad_id, device))
     return values
 
 
@@ -188,9 +201,20 @@ def score(
     temperature: float,
     max_tokens: int,
     device: Any,
+    common_count: Callable[[int], int] | None = None,
 ) -> None:
-    """Fill old/ref log-probs (when the models are given), token values, values and truncated values."""
-    for micro in storage.micro_batches(storage.rows(), max_tokens):
+    """Fill old/ref log-probs (when the models are given), token values, values and truncated values.
+
+    ``common_count``: as in :func:`state_values`, for collective forward passes.
+    """
+    micros = list(storage.micro_batches(storage.rows(), max_tokens))
+    for _ in range(_padding(common_count, len(micros))):
+        batch = _idle_batch(storage.pad_id, device)
+        critic_values(critic, batch)
+        for model in (actor, reference):
+            if model is not None:
+                actor_logprobs(model, batch, temperature)
+    for micro in micros:
         batch = micro.batch.to(device)
         ts = torch.tensor([t for t, _ in micro.rows])
         ns = torch.tensor([n for _, n in micro.rows])
@@ -207,8 +231,24 @@ def score(
     T = storage.num_turns
     keys = sorted(storage.final_prompts)
     prompts = storage.prompts[T] + [storage.final_prompts[k] for k in keys]
-    values = state_values(critic, prompts, pad_id=storage.pad_id, max_tokens=max_tokens, device=device)
+    values = state_values(
+        critic,
+        prompts,
+        pad_id=storage.pad_id,
+        max_tokens=max_tokens,
+        device=device,
+        common_count=common_count,
+    )
     storage.values[T] = values[: storage.num_envs]
     storage.truncated_values.zero_()
     for (t, n), value in zip(keys, values[storage.num_envs :].tolist(), strict=True):
         storage.truncated_values[t, n] = value
+
+
+def _padding(common_count: Callable[[int], int] | None, count: int) -> int:
+    return 0 if common_count is None else common_count(count) - count
+
+
+def _idle_batch(pad_id: int, device: Any) -> Batch:
+    """A one-token prompt with a one-token response: a forward pass that only keeps collectives in step."""
+    return collate([[pad_id]], [[pad_id]], pad_id).to(device)

@@ -1,13 +1,16 @@
 """Samplers: prompt token ids in, response token ids, text and per-token log-probs out.
 
-:class:`Sampler` is the seam for other engines (a vLLM sampler gets the actor's weights in
-:meth:`Sampler.update_weights`, once per update). :class:`TransformersSampler` runs ``model.generate`` on
-the actor itself, so its weights are always current. Every response has at least one token and ends at the
-first EOS (included) or at ``max_new_tokens``. Sampling draws from torch's global RNG, which checkpoints save.
+:class:`Sampler` is the seam between engines: :class:`TransformersSampler` runs ``model.generate`` on the actor
+itself, so its weights are always current; :class:`verlog.ppo.vllm_sampler.VLLMSampler` gets the actor's
+weights in :meth:`Sampler.update_weights`, once per update, and frees its GPU memory in :meth:`Sampler.offload`
+while the learner trains. :func:`select_backend` picks one for ``sampling.backend``. Every response has at
+least one token and ends at the first EOS (included) or at ``max_new_tokens``. Sampling draws from torch's
+global RNG, which checkpoints save.
 """
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -15,7 +18,7 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor, nn
 
-__all__ = ["Sampler", "Samples", "TransformersSampler"]
+__all__ = ["Sampler", "Samples", "TransformersSampler", "eos_token_ids", "select_backend", "vllm_unavailable"]
 
 
 @dataclass
@@ -35,6 +38,47 @@ class Sampler(Protocol):
     def update_weights(self) -> None:
         """Bring the sampler's weights up to date with the actor's; called once per update."""
         ...
+
+    def offload(self) -> None:
+        """Free what the sampler holds on the GPU until the next :meth:`update_weights` (after a rollout)."""
+        ...
+
+
+def eos_token_ids(tokenizer: Any, generation_config: Any = None) -> list[int]:
+    """Every id that ends a response: the tokenizer's EOS and the generation config's (Qwen lists two)."""
+    eos = {tokenizer.eos_token_id}
+    model_eos = getattr(generation_config, "eos_token_id", None)
+    eos.update(model_eos if isinstance(model_eos, list) else [model_eos])
+    return sorted(e for e in eos if e is not None)
+
+
+def vllm_unavailable(device: torch.device | str) -> str | None:
+    """Why vLLM cannot sample here (None when it can): not installed, no CUDA GPU, or it does not import."""
+    if importlib.util.find_spec("vllm") is None:
+        return "vLLM is not installed"
+    if torch.device(device).type != "cuda":
+        return f"the learner runs on {torch.device(device).type}, vLLM needs a CUDA GPU"
+    try:
+        import vllm  # noqa: F401
+    except Exception as error:  # a broken install (e.g. a torch it was not built for) raises anything
+        return f"vLLM does not import ({type(error).__name__}: {error})"
+    return None
+
+
+def select_backend(requested: str, device: torch.device | str) -> tuple[str, str]:
+    """The sampler for ``sampling.backend`` ("auto", "transformers" or "vllm") and the reason, for the log."""
+    if requested == "transformers":
+        return "transformers", "sampling.backend = transformers"
+    reason = vllm_unavailable(device)
+    if requested == "vllm":
+        if reason is not None:
+            raise RuntimeError(f"sampling.backend = vllm, but {reason}")
+        return "vllm", "sampling.backend = vllm"
+    if requested != "auto":
+        raise ValueError(f"sampling.backend must be auto, transformers or vllm, got {requested!r}")
+    if reason is not None:
+        return "transformers", f"auto: {reason}"
+    return "vllm", "auto: vLLM imports and a CUDA GPU is present"
 
 
 class _LogprobRecorder:
@@ -63,7 +107,11 @@ class _LogprobRecorder:
 
 
 class TransformersSampler:
-    """Batched ``generate`` with left padding; greedy for evaluation."""
+    """Batched ``generate`` with left padding; greedy for evaluation.
+
+    ``synced_gpus``: every process keeps stepping the forward pass until all have finished (needed under
+    ZeRO-3 with several processes, where each forward pass gathers weights from all of them).
+    """
 
     def __init__(
         self,
@@ -74,21 +122,23 @@ class TransformersSampler:
         temperature: float = 1.0,
         top_p: float = 1.0,
         batch_size: int = 0,
+        synced_gpus: bool = False,
     ) -> None:
         self.model = model
+        self.synced_gpus = synced_gpus
         self.tokenizer = tokenizer
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
         self.top_p = top_p
         self.batch_size = batch_size
-        eos = {tokenizer.eos_token_id}
-        model_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-        eos.update(model_eos if isinstance(model_eos, list) else [model_eos])
-        self.eos_ids = sorted(e for e in eos if e is not None)
+        self.eos_ids = eos_token_ids(tokenizer, getattr(model, "generation_config", None))
         self.pad_id = tokenizer.pad_token_id
 
     def update_weights(self) -> None:
         """Nothing to do: this sampler generates with the actor itself."""
+
+    def offload(self) -> None:
+        """Nothing to do: this sampler holds nothing besides the actor."""
 
     def generate(self, prompts: Sequence[Sequence[int]], *, greedy: bool = False) -> Samples:
         size = self.batch_size or len(prompts)
@@ -154,6 +204,7 @@ class TransformersSampler:
                 attention_mask=attention_mask.to(device),
                 generation_config=self._generation_config(greedy),
                 logits_processor=self._processors(greedy, recorder),
+                synced_gpus=self.synced_gpus,
             )
         finally:
             self.model.train(was_training)

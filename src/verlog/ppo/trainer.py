@@ -4,8 +4,10 @@ Before the actor moves, optional critic pre-training collects W batches once and
 iterations, recomputing values and targets with the improving critic each time (Verlog's warm-up, without
 its two faults: the actor's first update uses fresh data, and log-probs are not recomputed each iteration).
 
-Rank-awareness is kept to what a multi-process launch needs: per-rank seeds (envs ``seed + rank * N``),
-one run folder chosen by the main process, metrics averaged over processes, per-rank checkpoint files.
+The same loop runs on one process or many (``accelerate launch``, see :mod:`verlog.ppo.distributed`): each
+process steps its own N envs (seeds ``seed + rank * N``, disjoint), generates for them and scores them; the
+update is data-parallel (DDP, or DeepSpeed ZeRO with one engine per model); metrics are reduced over processes
+before they are logged; one run folder is chosen by the main process; checkpoints hold every process's part.
 """
 
 from __future__ import annotations
@@ -20,16 +22,30 @@ import torch
 
 from verlog.ppo.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from verlog.ppo.config import Config
+from verlog.ppo.distributed import init_processes, setup
 from verlog.ppo.logger import RunLogger
-from verlog.ppo.policy import load_models
+from verlog.ppo.policy import (
+    AdapterDisabled,
+    LoraSpec,
+    export_pretrained,
+    full_weights,
+    load_actor,
+    load_critic,
+    load_reference,
+    load_tokenizer,
+    weights_checksum,
+)
 from verlog.ppo.prompts import PromptBuilder
 from verlog.ppo.rollout import Rollout, score
-from verlog.ppo.sampling import TransformersSampler
+from verlog.ppo.sampling import Sampler, TransformersSampler, select_backend
 from verlog.ppo.storage import TurnStorage
 from verlog.ppo.update import ppo_update
 from verlog.samples import SampleWriter, TurnSample, pick_turns
 
 __all__ = ["Trainer", "new_run_dir"]
+
+#: Metrics that are totals over processes rather than means.
+SUMMED = frozenset({"charts/episodes", "charts/generated_tokens", "charts/tokens_per_s", "env/prompt_cuts"})
 
 
 def new_run_dir(output_dir: str | Path, name: str) -> Path:
@@ -51,7 +67,6 @@ class Trainer:
     """Builds everything from a :class:`Config` (or resumes a run folder) and runs :meth:`train`."""
 
     def __init__(self, config: Config, *, resume: str | Path | None = None) -> None:
-        from accelerate import Accelerator, PartialState
         from accelerate.utils import broadcast_object_list, set_seed
 
         import verlog
@@ -59,7 +74,13 @@ class Trainer:
         self.config = config
         if config.run.torch_threads:
             torch.set_num_threads(config.run.torch_threads)
-        state = PartialState()
+        env, model, ppo = config.env, config.model, config.ppo
+        lora = (
+            LoraSpec(model.lora_r, model.lora_alpha, list(model.lora_target_modules))
+            if model.lora_r
+            else None
+        )
+        state = init_processes()
         self.derived = config.derive(state.num_processes)
         if resume is None:
             chosen = [
@@ -69,48 +90,35 @@ class Trainer:
             self.run_dir = Path(chosen[0])
         else:
             self.run_dir = Path(resume)
-        self.accelerator = accelerator = Accelerator(
-            log_with=config.run.trackers or None, project_dir=str(self.run_dir)
+        self.dist = setup(
+            ppo,
+            project_dir=str(self.run_dir),
+            log_with=config.run.trackers,
+            reference_engine=ppo.kl_coef > 0 and lora is None,
         )
+        self.accelerator = accelerator = self.dist.actor
         rank = accelerator.process_index
-        set_seed(config.run.seed + rank)
 
-        env, model, ppo = config.env, config.model, config.ppo
         if model.build_tiny and not Path(model.path).exists():
             if accelerator.is_main_process:
                 from verlog.ppo.tiny import build_tiny
 
                 build_tiny(model.path, env.id, env.kwargs, memory=env.memory, memory_kwargs=env.memory_kwargs)
             accelerator.wait_for_everyone()
-        models = load_models(
-            model.path,
-            critic_path=model.critic_path,
-            critic_head=model.critic_head,
-            dtype=model.dtype,
-            attn_implementation=model.attn_implementation,
-            gradient_checkpointing=model.gradient_checkpointing,
-            with_reference=ppo.kl_coef > 0,
-        )
-        self.tokenizer = models.tokenizer
-        actor_optimizer = torch.optim.AdamW(
-            models.actor.parameters(), lr=ppo.actor_lr, weight_decay=ppo.weight_decay
-        )
-        critic_optimizer = torch.optim.AdamW(
-            models.critic.parameters(), lr=ppo.critic_lr, weight_decay=ppo.weight_decay
-        )
-        self.actor, self.critic, self.actor_optimizer, self.critic_optimizer = accelerator.prepare(
-            models.actor, models.critic, actor_optimizer, critic_optimizer
-        )
-        self.actor.eval()
-        self.critic.eval()
-        self.reference = models.reference.to(accelerator.device) if models.reference is not None else None
-        self.sampler = TransformersSampler(
-            accelerator.unwrap_model(self.actor),
+        set_seed(config.run.seed)  # fresh weights (value head, LoRA) start equal on every process
+        self.tokenizer = load_tokenizer(model.path)
+        backend, reason = select_backend(config.sampling.backend, accelerator.device)
+        vllm = self._vllm_sampler() if backend == "vllm" else None  # before the learner's models fill the GPU
+        self._build_models(lora)
+        set_seed(config.run.seed + rank)
+        self.sampler: Sampler = vllm or TransformersSampler(
+            self._unwrap(self.actor),
             self.tokenizer,
             max_new_tokens=config.prompt.max_response_tokens,
             temperature=config.sampling.temperature,
             top_p=config.sampling.top_p,
             batch_size=config.sampling.batch_size,
+            synced_gpus=self.dist.zero3 and self.dist.num_processes > 1,
         )
         self.envs = verlog.make_vec(
             env.id,
@@ -156,6 +164,59 @@ class Trainer:
             console=config.run.console,
             start=self.update,
         )
+        self.logger.print(f"processes: {self.dist.describe()}; sampler: {backend} ({reason})")
+
+    def _build_models(self, lora: LoraSpec | None) -> None:
+        """Load and prepare actor, critic and reference; under DeepSpeed each inside its own plugin."""
+        dist, model, ppo = self.dist, self.config.model, self.config.ppo
+        common = {"dtype": model.dtype, "attn_implementation": model.attn_implementation}
+        checkpointing = model.gradient_checkpointing
+        with dist.loading("actor"):
+            actor = load_actor(model.path, gradient_checkpointing=checkpointing, lora=lora, **common)
+            actor_optimizer = _adamw(actor, ppo.actor_lr, ppo.weight_decay)
+            if dist.deepspeed:
+                actor, actor_optimizer = dist.actor.prepare(actor, actor_optimizer)
+        with dist.loading("critic"):
+            critic = load_critic(
+                model.critic_path or model.path,
+                head=model.critic_head,
+                gradient_checkpointing=checkpointing,
+                lora=lora if model.critic_lora else None,
+                **common,
+            )
+            critic_optimizer = _adamw(critic, ppo.critic_lr, ppo.weight_decay)
+            if dist.deepspeed:
+                critic, critic_optimizer = dist.critic.prepare(critic, critic_optimizer)
+        if not dist.deepspeed:
+            actor, critic, actor_optimizer, critic_optimizer = dist.actor.prepare(
+                actor, critic, actor_optimizer, critic_optimizer
+            )
+        self.actor, self.critic = actor, critic
+        actor.eval()  # DeepSpeed's engine returns None from eval()
+        critic.eval()
+        self.actor_optimizer, self.critic_optimizer = actor_optimizer, critic_optimizer
+        self.reference: torch.nn.Module | None = None
+        self.reference_engine: torch.nn.Module | None = None
+        if ppo.kl_coef <= 0:
+            return
+        if lora is not None:  # the base model itself: no third copy of the weights
+            self.reference = AdapterDisabled(self._unwrap(actor))
+        elif dist.reference is not None:  # ZeRO-3: a sharded, optimiser-less engine
+            with dist.loading("reference"):
+                self.reference_engine = dist.reference.prepare(load_reference(model.path, **common))
+            self.reference = self._unwrap(self.reference_engine)
+        else:
+            self.reference = load_reference(model.path, **common).to(self.accelerator.device)
+
+    def _vllm_sampler(self) -> Sampler:
+        from verlog.ppo.vllm_sampler import VLLMSampler
+
+        weights = lambda: full_weights(self._unwrap(self.actor), self.dist.gathered, buffers=False)  # noqa: E731
+        return VLLMSampler.from_config(self.config, self.tokenizer, weights, self.accelerator.process_index)
+
+    def _unwrap(self, model: torch.nn.Module) -> torch.nn.Module:
+        """The model without its DDP or DeepSpeed wrapper: generation and no-grad scoring call it directly."""
+        return self.accelerator.unwrap_model(model)
 
     # ------------------------------------------------------------------ the loop
     def train(self) -> None:
@@ -186,6 +247,7 @@ class Trainer:
         every = cfg.run.samples_every
         turns: list[dict[str, Any]] | None = [] if every and self.update % every == 0 else None
         metrics = self.rollout.collect(self.storage, samples=turns)
+        self.sampler.offload()
         metrics.update(self._score(self.storage, logprobs=True))
         self.storage.compute_returns(
             turn_gamma=ppo.turn_gamma,
@@ -205,11 +267,9 @@ class Trainer:
         self.global_step += self.derived.global_batch_turns
         elapsed = time.perf_counter() - start
         metrics["time/total"] = elapsed
-        # Rates over all processes (each process's share times the process count; averaged below).
+        # Rates over all processes: turns are the global batch (averaged below), tokens this process's (summed).
         metrics["charts/turns_per_s"] = self.derived.global_batch_turns / elapsed
-        metrics["charts/tokens_per_s"] = (
-            metrics["charts/generated_tokens"] * self.derived.world_size / elapsed
-        )
+        metrics["charts/tokens_per_s"] = metrics["charts/generated_tokens"] / elapsed
         metrics["charts/temperature"] = cfg.sampling.temperature
         return self._mean_over_processes(metrics)
 
@@ -226,7 +286,9 @@ class Trainer:
         self.logger.print(
             f"critic pre-training: {self.derived.warmup_turns} turns per env, {ppo.critic_warmup_iters} iterations"
         )
+        self.sampler.update_weights()
         collected = self.rollout.collect(storage)
+        self.sampler.offload()
         self.global_step += self.derived.warmup_turns * self.storage.num_envs * self.derived.world_size
         for iteration in range(1, ppo.critic_warmup_iters + 1):
             metrics = dict(collected) if iteration == 1 else {}
@@ -277,12 +339,13 @@ class Trainer:
         clock = time.perf_counter()
         score(
             storage,
-            actor=self.actor if logprobs else None,
-            critic=self.critic,
+            actor=self._unwrap(self.actor) if logprobs else None,
+            critic=self._unwrap(self.critic),
             reference=self.reference if logprobs else None,
             temperature=self.config.sampling.temperature,
             max_tokens=self.config.ppo.micro_batch_tokens,
             device=self.accelerator.device,
+            common_count=self.dist.common_count if self.dist.lockstep else None,
         )
         metrics = {"time/score": time.perf_counter() - clock}
         mask = storage.response_mask
@@ -303,7 +366,8 @@ class Trainer:
             critic=self.critic,
             actor_optimizer=self.actor_optimizer,
             critic_optimizer=self.critic_optimizer,
-            accelerator=self.accelerator,
+            accelerator=self.dist.actor,
+            critic_accelerator=self.dist.critic,
             config=self.config.ppo,
             minibatch_size=self.derived.minibatch_turns,
             temperature=self.config.sampling.temperature,
@@ -326,7 +390,9 @@ class Trainer:
         for part in gather_object([metrics]):
             for key, value in part.items():
                 merged.setdefault(key, []).append(value)
-        return {key: sum(values) / len(values) for key, values in merged.items()}
+        # Counts and this process's rates add up; everything else (per-turn and per-episode means, times,
+        # losses) is averaged over the processes that reported it.
+        return {key: sum(v) if key in SUMMED else sum(v) / len(v) for key, v in merged.items()}
 
     # ------------------------------------------------------------------ checkpoints
     def save(self) -> Path:
@@ -338,6 +404,10 @@ class Trainer:
             "storage": self.storage.state_dict(),
             "rollout": self.rollout.state_dict(),
             "prompt_cuts": self.rollout.prompts.cuts,
+            # This process's view of the weights: every process holds the same unless their sync failed.
+            "weights_checksum": [
+                weights_checksum(self._unwrap(m), self.dist.gathered) for m in (self.actor, self.critic)
+            ],
         }
         sync = self.config.env.vectorization_mode == "sync"
         path = save_checkpoint(
@@ -348,19 +418,27 @@ class Trainer:
             envs=list(self.envs.envs) if sync else None,
             export=self._export if self.config.run.export_actor else None,
             keep=self.config.run.keep_checkpoints,
+            more_states=self._more_states(),
         )
         self.logger.print(f"checkpoint {path} ({time.perf_counter() - clock:.1f}s)")
         return path
 
+    def _more_states(self) -> dict[str, Any]:
+        """The critic's accelerator, when it is not the actor's (DeepSpeed: one engine per model)."""
+        return {} if self.dist.critic is self.dist.actor else {"critic_state": self.dist.critic}
+
     def _export(self, folder: Path) -> None:
-        self.accelerator.unwrap_model(self.actor).save_pretrained(folder)
-        self.tokenizer.save_pretrained(folder)
+        """The actor as a plain HF model (ZeRO-3 shards gathered, LoRA merged) and the tokenizer."""
+        main = self.accelerator.is_main_process
+        export_pretrained(self._unwrap(self.actor), folder, gathered=self.dist.gathered, write=main)
+        if main:
+            self.tokenizer.save_pretrained(folder)
 
     def _resume(self) -> None:
         path = latest_checkpoint(self.run_dir)
         if path is None:
             raise FileNotFoundError(f"{self.run_dir} has no complete checkpoint to resume from")
-        state, envs = load_checkpoint(path, accelerator=self.accelerator)
+        state, envs = load_checkpoint(path, accelerator=self.accelerator, more_states=self._more_states())
         if envs is not None and len(envs) == self.envs.num_envs:
             for fresh in self.envs.envs:
                 fresh.close()
@@ -389,3 +467,10 @@ def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             flat[prefix + key] = value if isinstance(value, int | float | str | bool) else str(value)
     return flat
+
+
+def _adamw(model: torch.nn.Module, lr: float, weight_decay: float) -> torch.optim.Optimizer:
+    """AdamW over the trainable parameters (LoRA leaves the base frozen). A torch optimiser under DeepSpeed
+    too: a DeepSpeed-config optimiser would compile a large extension first."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)

@@ -2,13 +2,24 @@
 
 Losses are token means over each minibatch (Verlog's ``token-mean``): every micro-batch adds its token sums
 divided by the minibatch's token count, so gradient accumulation over micro-batches gives the same step as one
-big batch. The actor and the critic have their own optimiser, learning rate and gradient clipping. A
-minibatch whose loss or gradient norm is not finite changes nothing: its gradients are dropped, no optimiser
-steps, and ``losses/skipped_steps`` counts it.
+big batch. With several processes the count is the whole minibatch's, over all of them, so the data-parallel
+mean of the gradients is the token mean of the global minibatch. The actor and the critic have their own
+optimiser, learning rate and gradient clipping.
+
+Accumulation goes through accelerate: every micro-batch but the last runs under ``no_sync`` with
+``sync_gradients`` off, so DDP reduces gradients once and DeepSpeed steps at the last one. Under DeepSpeed
+with several processes every forward pass is collective, so each process runs as many micro-batches as the
+one with the most (the extra ones repeat a micro-batch with zero weight).
+
+A minibatch whose loss or gradient norm is not finite changes nothing: its gradients are dropped, no optimiser
+steps, and ``losses/skipped_steps`` counts it. The decision is shared by every process (a process skipping
+alone would leave the others waiting in a collective). DeepSpeed steps inside the last backward, so there a
+shared non-finite decision turns that backward's gradients into NaN and DeepSpeed's own check skips the step.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Any
 
@@ -87,12 +98,15 @@ def ppo_update(
     temperature: float = 1.0,
     train_actor: bool = True,
     limit: int | None = None,
+    critic_accelerator: Any = None,
 ) -> dict[str, float]:
     """Run ``config.epochs`` passes of minibatch steps over the storage; return the metrics.
 
-    ``train_actor=False`` trains the critic alone (critic pre-training); ``limit`` trains on a random subset
-    of that many turns.
+    ``accelerator`` prepared the actor, ``critic_accelerator`` the critic (the same one unless DeepSpeed,
+    which needs one per model). ``train_actor=False`` trains the critic alone (critic pre-training);
+    ``limit`` trains on a random subset of that many turns.
     """
+    accelerators = _Accelerators(accelerator, critic_accelerator or accelerator)
     metrics = {
         "losses/explained_variance": explained_variance(
             storage.token_values, storage.returns, storage.response_mask
@@ -107,22 +121,24 @@ def ppo_update(
         for minibatch in storage.minibatches(minibatch_size, config.micro_batch_tokens, limit=limit):
             count = sum(float(mb.batch.response_mask.sum()) for mb in minibatch)
             step_sums, finite = _accumulate(
-                minibatch, count, actor, critic, config, accelerator, temperature, train_actor
+                minibatch, count, actor, critic, config, accelerators, temperature, train_actor
             )
             norms = {}
-            if finite:
+            if finite or accelerators.deepspeed:
                 if train_actor:
-                    norms["losses/grad_norm"] = float(
-                        accelerator.clip_grad_norm_(actor.parameters(), config.max_grad_norm)
-                    )
-                norms["losses/critic_grad_norm"] = float(
-                    accelerator.clip_grad_norm_(critic.parameters(), config.max_grad_norm)
-                )
+                    norms["losses/grad_norm"] = _norm(accelerators.actor, actor, config.max_grad_norm)
+                norms["losses/critic_grad_norm"] = _norm(accelerators.critic, critic, config.max_grad_norm)
+            if accelerators.deepspeed:  # DeepSpeed stepped (or skipped) inside the last backward
+                optimizers = (actor_optimizer, critic_optimizer) if train_actor else (critic_optimizer,)
+                finite = finite and not any(getattr(o, "step_was_skipped", False) for o in optimizers)
+            elif finite:
+                # Gradients are synced, so the norms (and this decision) are the same on every process.
                 finite = all(math.isfinite(v) for v in norms.values())
+                if finite:
+                    if train_actor:
+                        actor_optimizer.step()
+                    critic_optimizer.step()
             if finite:
-                if train_actor:
-                    actor_optimizer.step()
-                critic_optimizer.step()
                 steps += 1
                 tokens += count
                 for key, value in {**step_sums, **norms}.items():
@@ -140,58 +156,125 @@ def ppo_update(
     return metrics
 
 
+class _Accelerators:
+    """The actor's and the critic's accelerators and the collective facts of the launch."""
+
+    def __init__(self, actor: Any, critic: Any) -> None:
+        from accelerate.utils import DistributedType
+
+        self.actor, self.critic = actor, critic
+        self.deepspeed = actor.distributed_type == DistributedType.DEEPSPEED
+        self.world = actor.num_processes
+        self.device = actor.device
+
+    def totals(self, tokens: float, micro_batches: int) -> tuple[float, int]:
+        """The minibatch's token count over all processes, and how many micro-batches this one runs."""
+        if self.world == 1:
+            return tokens, micro_batches
+        local = torch.tensor([[tokens, float(micro_batches)]], device=self.device, dtype=torch.float64)
+        every = self.actor.gather(local).cpu()
+        runs = int(every[:, 1].max()) if self.deepspeed else micro_batches
+        return float(every[:, 0].sum()), runs
+
+    def all_finite(self, finite: bool) -> bool:
+        if self.world == 1:
+            return finite
+        flag = torch.tensor([0.0 if finite else 1.0], device=self.device)
+        return float(self.actor.reduce(flag, reduction="sum").item()) == 0.0
+
+    def set_sync(self, sync: bool) -> None:
+        """Whether the next backward ends the minibatch (DeepSpeed's accumulation boundary)."""
+        self.actor.sync_gradients = sync  # accelerate's GradientState is shared by every accelerator
+
+
+def _norm(accelerator: Any, model: nn.Module, max_norm: float) -> float:
+    """Clip and return the gradient norm (under DeepSpeed: the norm DeepSpeed clipped with)."""
+    norm = accelerator.clip_grad_norm_(model.parameters(), max_norm)
+    return float("nan") if norm is None else float(norm)
+
+
 def _accumulate(
     minibatch: list[MicroBatch],
     count: float,
     actor: nn.Module,
     critic: nn.Module,
     config: PPOConfig,
-    accelerator: Any,
+    accelerators: _Accelerators,
     temperature: float,
     train_actor: bool,
 ) -> tuple[dict[str, float], bool]:
-    """Backward every micro-batch of one minibatch; stop at the first non-finite loss (returns False)."""
-    device = accelerator.device
+    """Backward every micro-batch of one minibatch; return the loss sums and whether every process's losses
+    were finite."""
+    total, runs = accelerators.totals(count, len(minibatch))
+    scale = accelerators.world / max(total, 1.0)  # the data-parallel mean divides by the world size again
     sums: dict[str, float] = {}
-    for micro in minibatch:
-        mb = micro.to(device)
-        mask = mb.batch.response_mask
-        values = critic_values(critic, mb.batch)[:, : mb.batch.response_len]
-        v_loss = value_loss(
-            values,
-            mb.old_values,
-            mb.returns,
-            mask,
-            clip=config.value_clip,
-            first_weight=config.first_value_weight,
-        )
-        loss = v_loss / count
-        parts = {"losses/value_loss": v_loss}
-        if train_actor:
-            logprobs, entropy = actor_logprobs(actor, mb.batch, temperature, with_entropy=True)
-            assert entropy is not None
-            pg_loss, clip_count, approx_kl = policy_loss(
-                logprobs,
-                mb.old_logprobs,
-                mb.advantages,
-                mask,
-                clip_low=config.clip_ratio_low,
-                clip_high=config.clip_ratio_high,
-                dual_clip=config.dual_clip,
-            )
-            entropy_sum = (entropy * mask).sum()
-            loss = loss + (pg_loss - config.entropy_coef * entropy_sum) / count
-            parts.update(
-                {
-                    "losses/policy_loss": pg_loss,
-                    "losses/entropy": entropy_sum,
-                    "losses/approx_kl": approx_kl,
-                    "losses/clipfrac": clip_count,
-                }
-            )
-        if not torch.isfinite(loss):
-            return sums, False
-        accelerator.backward(loss)
-        for key, value in parts.items():
-            sums[key] = sums.get(key, 0.0) + float(value.detach())
-    return sums, True
+    finite = True
+    for i in range(runs):
+        real = i < len(minibatch)  # the extra ones repeat the last micro-batch with zero weight
+        mb = minibatch[min(i, len(minibatch) - 1)].to(accelerators.device)
+        weight = scale if real else 0.0
+        last = i == runs - 1
+        accelerators.set_sync(last)
+        with contextlib.ExitStack() as stack:
+            if not last:
+                stack.enter_context(accelerators.critic.no_sync(critic))
+                if train_actor:
+                    stack.enter_context(accelerators.actor.no_sync(actor))
+            critic_loss, actor_loss, parts = _losses(mb, actor, critic, config, temperature, train_actor)
+            finite = finite and all(bool(torch.isfinite(v)) for v in parts.values())
+            if last:
+                finite = accelerators.all_finite(finite)
+            poison = float("nan") if last and not finite and accelerators.deepspeed else 1.0
+            accelerators.critic.backward(critic_loss * (weight * poison))
+            if actor_loss is not None:
+                accelerators.actor.backward(actor_loss * (weight * poison))
+        if real:
+            for key, value in parts.items():
+                sums[key] = sums.get(key, 0.0) + float(value.detach())
+    accelerators.set_sync(True)
+    return sums, finite
+
+
+def _losses(
+    mb: MicroBatch,
+    actor: nn.Module,
+    critic: nn.Module,
+    config: PPOConfig,
+    temperature: float,
+    train_actor: bool,
+) -> tuple[Tensor, Tensor | None, dict[str, Tensor]]:
+    """The micro-batch's critic and actor loss token sums, and the parts that become metrics."""
+    mask = mb.batch.response_mask
+    values = critic_values(critic, mb.batch)[:, : mb.batch.response_len]
+    v_loss = value_loss(
+        values,
+        mb.old_values,
+        mb.returns,
+        mask,
+        clip=config.value_clip,
+        first_weight=config.first_value_weight,
+    )
+    parts = {"losses/value_loss": v_loss}
+    if not train_actor:
+        return v_loss, None, parts
+    logprobs, entropy = actor_logprobs(actor, mb.batch, temperature, with_entropy=True)
+    assert entropy is not None
+    pg_loss, clip_count, approx_kl = policy_loss(
+        logprobs,
+        mb.old_logprobs,
+        mb.advantages,
+        mask,
+        clip_low=config.clip_ratio_low,
+        clip_high=config.clip_ratio_high,
+        dual_clip=config.dual_clip,
+    )
+    entropy_sum = (entropy * mask).sum()
+    parts.update(
+        {
+            "losses/policy_loss": pg_loss,
+            "losses/entropy": entropy_sum,
+            "losses/approx_kl": approx_kl,
+            "losses/clipfrac": clip_count,
+        }
+    )
+    return v_loss, pg_loss - config.entropy_coef * entropy_sum, parts

@@ -1,0 +1,197 @@
+"""Process setup for every launch: one CPU process, N CPU processes (gloo), GPUs, DeepSpeed ZeRO.
+
+``accelerate launch`` decides the topology (its flags, or a config under ``agents/accelerate/``); this module
+turns it into accelerators. Without DeepSpeed one ``Accelerator`` prepares both trained models (DDP or a
+single process). Under DeepSpeed every trained model needs its own engine, so, as accelerate's "multiple
+models with DeepSpeed" guide prescribes, there is one ``DeepSpeedPlugin`` per model in a dict and one
+``Accelerator`` per trained model; each model is loaded and prepared while its plugin is selected (so
+``from_pretrained`` partitions it at load time under ZeRO-3). Under ZeRO-3 the frozen reference gets a third,
+optimiser-less ZeRO-3 engine, unless LoRA makes it the actor with adapters off.
+
+Under DeepSpeed with several processes every forward pass gathers weights from all of them, so all
+processes must run the same number of forward passes: :meth:`Distributed.common_count` gives the count
+each one pads to.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import warnings
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from verlog.ppo.config import PPOConfig
+
+__all__ = ["Distributed", "deepspeed_requested", "init_processes", "setup"]
+
+
+def deepspeed_requested() -> bool:
+    """True when ``accelerate launch`` was told to use DeepSpeed (flag or config file)."""
+    return os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true"
+
+
+def _cpu_forced() -> bool:
+    return os.environ.get("ACCELERATE_USE_CPU", "false").lower() in ("1", "true", "yes")
+
+
+def _cpu_run() -> bool:
+    return _cpu_forced() or not torch.cuda.is_available()
+
+
+def init_processes() -> Any:
+    """accelerate's process state (``PartialState``), created with the backend this launch needs.
+
+    The first call fixes the backend for the whole process, so it runs before any ``Accelerator``:
+    without DeepSpeed, gloo on CPUs (MULTI_CPU) and the GPU default otherwise; with DeepSpeed on CPUs,
+    gloo explicitly (DeepSpeed's CPU default, oneCCL, is usually absent, and accelerate would then count one
+    process while DeepSpeed sees them all, so the batch sizes it gives DeepSpeed disagree).
+    """
+    from accelerate import PartialState
+
+    warnings.filterwarnings(
+        "ignore", message=r".*all_gather_into_tensor.* is deprecated", category=FutureWarning
+    )
+    warnings.filterwarnings(
+        "ignore", message=r".*reduce_scatter_tensor.* is deprecated", category=FutureWarning
+    )
+    if not deepspeed_requested():
+        return PartialState(cpu=_cpu_run())
+    if _cpu_forced():
+        raise RuntimeError(
+            "DeepSpeed ignores ACCELERATE_USE_CPU / --cpu: to run DeepSpeed on CPUs, launch without them "
+            "(on a machine with GPUs, hide them with CUDA_VISIBLE_DEVICES=)"
+        )
+    _import_before_zero_init()
+    return PartialState(backend="gloo") if _cpu_run() else PartialState()
+
+
+@dataclass
+class Distributed:
+    """The accelerators of one process and what the learner needs to know about the launch."""
+
+    actor: Any  # Accelerator; also the main one: trackers, barriers, run folder, RNG states in checkpoints
+    critic: Any  # the same object as ``actor`` unless DeepSpeed
+    reference: Any | None  # an optimiser-less ZeRO-3 engine's accelerator, or None
+    deepspeed: bool
+    zero_stage: int
+
+    @property
+    def num_processes(self) -> int:
+        return self.actor.num_processes
+
+    def describe(self) -> str:
+        """One line for the log: how many processes, on what, with which engine."""
+        kind = self.actor.distributed_type.value  # NO, MULTI_CPU, MULTI_GPU, ...
+        if self.deepspeed:
+            kind = f"DeepSpeed ZeRO-{self.zero_stage}"
+        return f"{self.num_processes} process(es), {kind}, device {self.actor.device}"
+
+    @property
+    def zero3(self) -> bool:
+        return self.deepspeed and self.zero_stage == 3
+
+    @property
+    def lockstep(self) -> bool:
+        """Whether forward and backward passes are collective (DeepSpeed with several processes)."""
+        return self.deepspeed and self.num_processes > 1
+
+    @contextlib.contextmanager
+    def loading(self, role: str) -> Iterator[None]:
+        """Select ``role``'s DeepSpeed plugin while its model is loaded and prepared (no-op otherwise)."""
+        if not self.deepspeed:
+            yield
+            return
+        from accelerate.state import AcceleratorState
+
+        state = AcceleratorState()
+        select = getattr(state, "select_deepspeed_plugin", None) or state.enable_deepspeed_plugin  # renamed
+        if role in state.deepspeed_plugins:
+            select(role)
+        try:
+            yield
+        finally:
+            select("actor")
+
+    def common_count(self, count: int) -> int:
+        """The largest ``count`` over processes when passes are collective, else ``count`` itself."""
+        if not self.lockstep:
+            return count
+        value = torch.tensor([count], device=self.actor.device)
+        return int(self.actor.reduce(value, reduction="max").item())
+
+    def gathered(self, params: Sequence[torch.nn.Parameter]) -> contextlib.AbstractContextManager[Any]:
+        """Full ``params`` on every process for the duration (ZeRO-3 gathers them; a no-op otherwise).
+
+        Every process must enter it with the same parameters; changes made inside are discarded.
+        """
+        if not self.zero3:
+            return contextlib.nullcontext()
+        import deepspeed
+
+        return deepspeed.zero.GatheredParameters(list(params), modifier_rank=None)
+
+
+def setup(
+    ppo: PPOConfig,
+    *,
+    project_dir: str,
+    log_with: Sequence[str] | None = None,
+    reference_engine: bool = True,
+) -> Distributed:
+    """Build this process's accelerators from the launch environment.
+
+    ``reference_engine``: whether a separate frozen reference model will be loaded (under ZeRO-3 it gets
+    its own optimiser-less engine).
+    """
+    from accelerate import Accelerator
+    from accelerate.utils import DistributedDataParallelKwargs, InitProcessGroupKwargs
+
+    init_processes()
+    common: dict[str, Any] = {"log_with": list(log_with) if log_with else None, "project_dir": project_dir}
+    if not deepspeed_requested():
+        # Buffers (rotary tables) are constants: broadcasting them before every DDP forward pass would make
+        # each forward collective, and processes run different numbers of them.
+        ddp = DistributedDataParallelKwargs(broadcast_buffers=False)
+        accelerator = Accelerator(cpu=_cpu_run(), kwargs_handlers=[ddp], **common)
+        return Distributed(accelerator, accelerator, None, deepspeed=False, zero_stage=0)
+
+    handlers = [InitProcessGroupKwargs(backend="gloo")] if _cpu_run() else []
+    plugins = {"actor": _plugin(ppo), "critic": _plugin(ppo)}
+    stage = int(plugins["actor"].zero_stage)
+    if reference_engine and stage == 3:
+        plugins["reference"] = _plugin(None)
+    actor = Accelerator(deepspeed_plugin=plugins, kwargs_handlers=handlers, **common)
+    # Later accelerators find the plugins in the shared state; each prepares (and steps) one engine.
+    critic = Accelerator(kwargs_handlers=handlers)
+    reference = Accelerator(kwargs_handlers=handlers) if "reference" in plugins else None
+    return Distributed(actor, critic, reference, deepspeed=True, zero_stage=stage)
+
+
+def _plugin(ppo: PPOConfig | None) -> Any:
+    """A DeepSpeed plugin from the launch config (stage, offload, config file) with the learner's settings.
+
+    The learner owns clipping (``ppo.max_grad_norm``) and accumulation (it marks the last micro-batch of
+    each minibatch itself, so DeepSpeed's own count stays 1); there is no dataloader, so the per-device
+    micro-batch size DeepSpeed insists on is set to 1.
+    """
+    from accelerate.utils import DeepSpeedPlugin
+
+    plugin = DeepSpeedPlugin(gradient_accumulation_steps=1, zero3_save_16bit_model=True)
+    config = plugin.deepspeed_config
+    config["gradient_accumulation_steps"] = 1
+    if config.get("train_micro_batch_size_per_gpu", "auto") == "auto":
+        config["train_micro_batch_size_per_gpu"] = 1
+    config.pop("train_batch_size", None)  # accelerate derives it from the two above and the world size
+    if ppo is not None:
+        config["gradient_clipping"] = ppo.max_grad_norm
+    return plugin
+
+
+def _import_before_zero_init() -> None:
+    """``deepspeed.zero.Init`` patches module construction; importing ``torch._dynamo`` for the first time
+    inside it fails with a signature-mismatch TypeError, so it is imported here, before any model loads."""
+    import torch._dynamo  # noqa: F401
