@@ -13,7 +13,16 @@ from hypothesis import strategies as st
 from toy_env import TOY_ID, LineEnv
 
 import verlog  # noqa: F401  (registers the ids)
-from verlog.memory import DROPPED_KEY, History, NoMemory, Notes, UnicodeText, split_notes, wrap_memory
+from verlog.memory import (
+    DROPPED_KEY,
+    RAW_KEY,
+    History,
+    NoMemory,
+    Notes,
+    UnicodeText,
+    split_notes,
+    wrap_memory,
+)
 
 NOTE = "Your previous response did not name a valid action, so the default action 'wait' was executed.\n\n"
 
@@ -212,6 +221,7 @@ def test_every_text_is_in_the_space_and_keeps_the_current_observation(
         assert obs in env.observation_space
         assert obs.endswith(raw_obs)
         assert isinstance(info[DROPPED_KEY], int) and info[DROPPED_KEY] >= 0
+        assert info[RAW_KEY] == raw_obs  # the learner's fallback when the memory text is over budget
         budget = getattr(env, "max_chars", None)
         if budget is not None and len(raw_obs) + 30 <= budget:
             assert len(obs) <= budget

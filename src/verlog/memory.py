@@ -7,7 +7,9 @@ itself (:class:`Notes`). They are plain :class:`gymnasium.Wrapper` s: they hold 
 pickle, and they depend only on what the env returned and what the agent said, so they are deterministic.
 
 A character budget (``max_chars``) drops the oldest turns first and never the current observation; every
-``info`` says how many turns the budget dropped in ``info["memory_dropped_turns"]``, so a learner can count cuts.
+``info`` says how many turns the budget dropped in ``info["memory_dropped_turns"]``, so a learner can count cuts,
+and carries the env's own current observation in ``info["raw_observation"]``, the fallback a learner uses when
+the memory text is too long for its prompt budget.
 
 The observation space of a wrapper is a :class:`UnicodeText`: echoed responses may hold any character a model
 writes, so the space holds any ``str`` up to a computed maximum length.
@@ -28,6 +30,7 @@ from verlog.envs.base import PRINTABLE
 __all__ = [
     "DROPPED_KEY",
     "MEMORIES",
+    "RAW_KEY",
     "History",
     "NoMemory",
     "Notes",
@@ -38,6 +41,8 @@ __all__ = [
 
 #: The info key that counts the turns the character budget dropped from this turn's text.
 DROPPED_KEY = "memory_dropped_turns"
+#: The info key that holds the env's own current observation, without any memory.
+RAW_KEY = "raw_observation"
 
 _CURRENT = "Current Observation:\n"
 _PAST = "Observation:\n"
@@ -115,12 +120,12 @@ class NoMemory(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructorArgs)
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict]:
         obs, info = self.env.reset(seed=seed, options=options)
-        info[DROPPED_KEY] = 0
+        info[DROPPED_KEY], info[RAW_KEY] = 0, obs
         return obs, info
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         obs, reward, terminated, truncated, info = self.env.step(action)
-        info[DROPPED_KEY] = 0
+        info[DROPPED_KEY], info[RAW_KEY] = 0, obs
         return obs, reward, terminated, truncated, info
 
 
@@ -222,7 +227,7 @@ class History(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructorArgs):
                 if room < 0:
                     break
                 kept += 1
-        info[DROPPED_KEY] = len(self._past) - kept
+        info[DROPPED_KEY], info[RAW_KEY] = len(self._past) - kept, self._obs
         if kept == 0:
             return current
         past = self._past if kept == len(self._past) else list(self._past)[-kept:]
@@ -277,6 +282,7 @@ class Notes(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructorArgs):
 
     def _text(self, obs: str, info: dict[str, Any]) -> str:
         current = _CURRENT + obs
+        info[RAW_KEY] = obs
         block = f"{_NOTES}{self.notes or _NO_NOTES}\n\n"
         if self.max_chars is not None and len(block) + len(current) > self.max_chars:
             info[DROPPED_KEY] = 1
