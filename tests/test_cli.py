@@ -133,3 +133,16 @@ def test_ctrl_c_while_playing_exits_cleanly() -> None:
     out += rest
     assert process.returncode == 0, out.decode(errors="replace")
     assert b"Bye." in out and b"Traceback" not in out
+
+
+def test_report_command_writes_the_report(tmp_path, capsys) -> None:
+    run = tmp_path / "demo-0001"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text(
+        '{"update": 1, "global_step": 8, "losses/value_loss": 0.5}\n'
+        '{"update": 2, "global_step": 16, "losses/value_loss": 0.25}\n'
+    )
+    assert main(["report", str(run), "--no-plots"]) == 0
+    assert "2 updates" in capsys.readouterr().out
+    assert "value_loss" in (run / "report.md").read_text()
+    assert main(["report", str(tmp_path / "missing")]) != 0

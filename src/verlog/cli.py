@@ -1,4 +1,4 @@
-"""The ``verlog`` console script: ``verlog list``, ``verlog play ID``.
+"""The ``verlog`` console script: ``verlog list``, ``verlog play ID``, ``verlog report RUN``.
 
 Each subcommand is one function registered with :func:`subcommand`, which also names the function that adds
 its arguments; ``main`` builds the argparse parser from the registry. To add one (``eval``, ``report``)::
@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from verlog.memory import MEMORIES
+from verlog.report import REPORT_HELP, add_report_arguments, run_report
 
 __all__ = ["COMMANDS", "Command", "build_parser", "main", "subcommand"]
 
@@ -208,6 +209,10 @@ def _play(env: Any, console: Any, seed: int | None) -> None:
         if again not in ("y", "yes"):
             console.print("[dim]Bye.[/]")
             return
+
+
+# -------------------------------------------------------------------------------------------- verlog report
+subcommand("report", REPORT_HELP, add_report_arguments)(run_report)
 
 
 if __name__ == "__main__":
