@@ -288,7 +288,7 @@ def test_resumed_run_and_split_update_lines_are_merged(tmp_path: Path) -> None:
 def test_without_matplotlib_the_tables_remain(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import verlog.report
 
-    monkeypatch.setattr(verlog.report, "_have_matplotlib", lambda: False)
+    monkeypatch.setattr(verlog.report.plots, "_have_matplotlib", lambda: False)
     run = make_run(tmp_path, 2, garbage=False)
     md = write_report(run).read_text()
     assert "matplotlib is not installed: plots omitted" in md
