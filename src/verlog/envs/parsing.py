@@ -18,7 +18,6 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 
 __all__ = ["ParsedAction", "extract_candidate", "normalize", "parse_action"]
 
@@ -106,6 +105,9 @@ def parse_action(
         strict: match BALROG exactly (see the module docstring) instead of leniently.
         synonyms: extra phrases, already :func:`normalize`-d, mapped to canonical action names.
     """
+    if type(response) is str and response in actions:
+        # The common case of a well-formed answer (and of scripted agents): both modes accept it as is.
+        return ParsedAction(response, True, response)
     text = _as_text(response)
     if strict:
         candidate = _balrog_candidate(text)
@@ -114,25 +116,37 @@ def parse_action(
         return ParsedAction(default, False, candidate[:200])
 
     raw = extract_candidate(text)
-    lookup = _lookup_table(tuple(actions), tuple(synonyms.items()) if synonyms else ())
+    lookup = _lookup_table(actions, synonyms)
+    key = normalize(raw)
+    if key in lookup:
+        return ParsedAction(lookup[key], True, key)
     first_line = next((line for line in raw.splitlines() if line.strip()), "")
-    for piece in (raw, first_line):
-        key = normalize(piece)
+    if first_line != raw:
+        key = normalize(first_line)
         if key in lookup:
             return ParsedAction(lookup[key], True, key)
-    key = normalize(first_line)
     starts = {lookup[name] for name in lookup if key.startswith(name + " ")}
     if len(starts) == 1:
         return ParsedAction(starts.pop(), True, key)
     return ParsedAction(default, False, normalize(raw)[:200])
 
 
-@lru_cache(maxsize=128)
-def _lookup_table(actions: tuple[str, ...], synonyms: tuple[tuple[str, str], ...]) -> dict[str, str]:
-    """Normalized phrase -> canonical action, built once per game (it ran on every step before)."""
-    lookup = {normalize(k): v for k, v in synonyms}
-    lookup.update({normalize(a): a for a in actions})
-    return lookup
+#: Lookup tables by (actions, id(synonyms)), with the synonyms object kept to check identity: a game's
+#: action list and synonym table are class constants, so each is built once, not on every step.
+_LOOKUPS: dict[tuple[tuple[str, ...], int], tuple[object, dict[str, str]]] = {}
+
+
+def _lookup_table(actions: Sequence[str], synonyms: Mapping[str, str] | None) -> dict[str, str]:
+    """Normalized phrase -> canonical action (canonical names win over synonyms)."""
+    key = (tuple(actions), id(synonyms))
+    entry = _LOOKUPS.get(key)
+    if entry is None or entry[0] is not synonyms:
+        lookup = {normalize(k): v for k, v in (synonyms or {}).items()}
+        lookup.update({normalize(a): a for a in actions})
+        if len(_LOOKUPS) > 256:
+            _LOOKUPS.clear()
+        entry = _LOOKUPS[key] = (synonyms, lookup)
+    return entry[1]
 
 
 def _as_text(response: object) -> str:

@@ -6,10 +6,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from verlog.envs.babaisai.engine import ACTIONS, Board, State, step, you_cells
+from verlog.envs.babaisai.engine import ACTIONS, Board, Rules, State
 from verlog.envs.babaisai.levels import LEVELS, generate
 from verlog.envs.babaisai.render import render_ansi, render_rgb
-from verlog.envs.babaisai.text import describe
+from verlog.envs.babaisai.text import Observer
 from verlog.envs.base import TextEnv
 
 __all__ = ["INSTRUCTION", "BabaIsAIEnv"]
@@ -95,6 +95,9 @@ class BabaIsAIEnv(TextEnv):
         self.steps = 0
         self._won = False
         self._anchor: int | None = None
+        # Caches, rebuilt from board and state whenever they are missing or stale (see _apply).
+        self._observer: Observer | None = None
+        self._named_rules: tuple[Rules | None, tuple[tuple[str, str], ...]] = (None, ())
 
     # ------------------------------------------------------------------ hooks
     def _new_episode(self) -> tuple[str, dict[str, Any]]:
@@ -106,12 +109,13 @@ class BabaIsAIEnv(TextEnv):
         self.board, self.state, self.target_plan = generated.board, generated.state, generated.target_plan
         self.steps = 0
         self._won = False
+        self._observer = Observer(self.board, self.state, self.colors)
         return self._text(), self._game_info(None)
 
     def _apply(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        assert self.board is not None and self.state is not None, "call reset() first"
+        observer = self._current_observer()
         self.steps += 1
-        out = step(self.board, self.state, ACTIONS.index(action))
+        out = observer.step(ACTIONS.index(action))
         self.state = out.state
         reward, reason = 0.0, None
         if out.won:
@@ -134,23 +138,47 @@ class BabaIsAIEnv(TextEnv):
         return 1.0 if self._won else 0.0
 
     # ------------------------------------------------------------------ helpers
+    def _current_observer(self) -> Observer:
+        """The observer of ``self.state``. A board or state set from outside, a colour switch or a clone from
+        pickle gets a fresh one, which then only ever sees states that its own steps made."""
+        assert self.board is not None and self.state is not None, "call reset() first"
+        observer = self._observer
+        if (
+            observer is None
+            or observer.state is not self.state
+            or observer.board is not self.board
+            or observer.colors != self.colors
+        ):
+            observer = self._observer = Observer(self.board, self.state, self.colors)
+            observer.observe(self.state, self._anchor)
+        return observer
+
     def _text(self) -> str:
-        assert self.board is not None and self.state is not None
-        cells = you_cells(self.state)
-        if cells:
-            self._anchor = cells[0]
-        return describe(self.board, self.state, self.colors, self._anchor)
+        assert self._observer is not None and self.state is not None
+        text = self._observer.observe(self.state, self._anchor)
+        if self._observer.you:
+            self._anchor = self._observer.you[0]
+        return text
 
     def _game_info(self, reason: str | None) -> dict[str, Any]:
         assert self.state is not None
+        rules, named = self._named_rules
+        if rules is not self.state.rules:  # the rules change on about 1% of steps
+            rules, named = self._named_rules = self.state.rules, tuple(self.state.rules.named())
         return {
             "level": self.level,
-            "rules": self.state.rules.named(),
+            "rules": list(named),
             "steps": self.steps,
             "won": self._won,
             "end_reason": reason,
             "target_plan": self.target_plan,
         }
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle without the observer: it holds shared caches, and the copy rebuilds its own."""
+        saved = self.__dict__.copy()
+        saved["_observer"] = None
+        return saved
 
     def render(self) -> Any:
         if self.board is None or self.state is None:
