@@ -35,3 +35,27 @@ def bench_envs(session: nox.Session) -> None:
 def bench_gae(session: nox.Session) -> None:
     """Vectorised dual-discount GAE vs the per-token loop: agreement and speed (T=16, N=128, R sweep)."""
     session.run("python", "benchmarks/gae.py", *session.posargs)
+
+
+@nox.session
+def bench_rollout(session: nox.Session) -> None:
+    """Rollout turns/s and tokens/s with envs/tiny.toml, split into prompt, generation, env and storage."""
+    session.run("python", "benchmarks/rollout.py", *session.posargs)
+
+
+@nox.session
+def bench_update(session: nox.Session) -> None:
+    """PPO update tokens/s with the tiny model (and a real small architecture on a GPU when present)."""
+    session.run("python", "benchmarks/update.py", *session.posargs)
+
+
+@nox.session
+def learn(session: nox.Session) -> None:
+    """The learning demonstration: PPO from a tiny random model on BabyAI GoTo; fails unless it learns."""
+    session.run("python", "benchmarks/learn.py", *session.posargs)
+
+
+@nox.session
+def sweep(session: nox.Session) -> None:
+    """A grid of runs: nox -s sweep -- KEY=V1,V2 ... --seeds 3 --config envs/tiny.toml."""
+    session.run("python", "benchmarks/sweep.py", *session.posargs)
