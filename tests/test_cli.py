@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import signal
 import subprocess
@@ -146,3 +147,12 @@ def test_report_command_writes_the_report(tmp_path, capsys) -> None:
     assert "2 updates" in capsys.readouterr().out
     assert "value_loss" in (run / "report.md").read_text()
     assert main(["report", str(tmp_path / "missing")]) != 0
+
+
+def test_eval_command_scores_a_baseline(tmp_path) -> None:
+    out = tmp_path / "eval"
+    argv = ["eval", "random", "--suite", "verlog/BabyAI-GoTo-v0", "--episodes", "2", "--num-envs", "2"]
+    assert main([*argv, "--out", str(out), "--quiet"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert "verlog/BabyAI-GoTo-v0" in json.dumps(summary)
+    assert len((out / "episodes.jsonl").read_text().splitlines()) == 2

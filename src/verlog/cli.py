@@ -1,4 +1,4 @@
-"""The ``verlog`` console script: ``verlog list``, ``verlog play ID``, ``verlog report RUN``.
+"""The ``verlog`` console script: ``verlog list``, ``verlog play ID``, ``verlog eval``, ``verlog report RUN``.
 
 Each subcommand is one function registered with :func:`subcommand`, which also names the function that adds
 its arguments; ``main`` builds the argparse parser from the registry. To add one (``eval``, ``report``)::
@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from verlog.evaluation.command import EVAL_HELP, add_eval_arguments, run_eval
 from verlog.memory import MEMORIES
 from verlog.report import REPORT_HELP, add_report_arguments, run_report
 
@@ -216,7 +217,8 @@ def _play(env: Any, console: Any, seed: int | None) -> None:
             return
 
 
-# -------------------------------------------------------------------------------------------- verlog report
+# -------------------------------------------------------------------------------- verlog eval, verlog report
+subcommand("eval", EVAL_HELP, add_eval_arguments)(run_eval)
 subcommand("report", REPORT_HELP, add_report_arguments)(run_report)
 
 

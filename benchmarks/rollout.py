@@ -1,0 +1,269 @@
+"""Rollout collection speed with the learner's own code: turns/s, tokens/s, and where a turn's time goes.
+
+The learner's :class:`~verlog.ppo.rollout.Rollout` collects ``ppo.turns_per_update`` turns from N envs, exactly
+as in training (``envs/tiny.toml``: the tiny model, BabyAI GoTo, history memory). Its own clock splits a
+turn into generation (``time/generate``), env stepping (``time/env``) and the rest (``time/prompt``); the two
+learner pieces it calls are timed from outside, by subclassing them, to split that rest further:
+
+* prompt building: :meth:`PromptBuilder.from_info` (chat template + tokenizer) for the next prompts;
+* storage: :meth:`TurnStorage.insert`;
+* bookkeeping: what remains (episode statistics, rewards, info unbatching).
+
+The env + prompt share of a turn is (env + prompt building) / (all four); the target is <= 5%. The sweep over
+N shows how it grows with the batch on a CPU, where generating for more envs costs less than N times more.
+Writes ``benchmarks/results/rollout.json`` and ``rollout.png``.
+
+Run: ``nox -s bench_rollout`` or ``python benchmarks/rollout.py [--num-envs 4,16,32] [--updates 3] [key=value ...]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from rich.console import Console
+from rich.table import Table
+
+import verlog
+from verlog.ppo.config import Config, ConfigError, load_config
+from verlog.ppo.policy import load_models
+from verlog.ppo.prompts import PromptBuilder
+from verlog.ppo.rollout import Rollout
+from verlog.ppo.sampling import TransformersSampler
+from verlog.ppo.storage import TurnStorage
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+TARGET_SHARE = 0.05
+PARTS = ("generate", "env", "prompt", "storage", "bookkeeping")
+
+
+class TimedPromptBuilder(PromptBuilder):
+    """The learner's prompt builder, with the time spent in :meth:`from_info` added up."""
+
+    seconds = 0.0
+
+    def from_info(self, observation: str, info: dict[str, Any]) -> list[int]:
+        start = time.perf_counter()
+        try:
+            return super().from_info(observation, info)
+        finally:
+            self.seconds += time.perf_counter() - start
+
+
+class TimedStorage(TurnStorage):
+    """The learner's storage, with the time spent in :meth:`insert` added up."""
+
+    seconds = 0.0
+
+    def insert(self, *args: Any, **kwargs: Any) -> None:
+        start = time.perf_counter()
+        try:
+            super().insert(*args, **kwargs)
+        finally:
+            self.seconds += time.perf_counter() - start
+
+
+def ensure_model(config: Config) -> None:
+    """Build the preset's tiny model the way the trainer does, if it is not there yet."""
+    model, env = config.model, config.env
+    if model.build_tiny and not Path(model.path).exists():
+        from verlog.ppo.tiny import build_tiny
+
+        build_tiny(model.path, env.id, env.kwargs, memory=env.memory, memory_kwargs=env.memory_kwargs)
+
+
+def measure(config: Config, num_envs: int, updates: int, warmup: int, models: Any) -> dict[str, Any]:
+    """Collect ``warmup + updates`` batches of T turns from ``num_envs`` envs; time the last ``updates``."""
+    env = config.env
+    sampler = TransformersSampler(
+        models.actor,
+        models.tokenizer,
+        max_new_tokens=config.prompt.max_response_tokens,
+        temperature=config.sampling.temperature,
+        top_p=config.sampling.top_p,
+        batch_size=config.sampling.batch_size,
+    )
+    prompts = TimedPromptBuilder(
+        models.tokenizer, config.prompt.format, config.prompt.max_prompt_tokens, config.prompt.format_request
+    )
+    envs = verlog.make_vec(
+        env.id,
+        num_envs,
+        vectorization_mode=env.vectorization_mode,
+        memory=env.memory,
+        memory_kwargs=env.memory_kwargs,
+        seed=config.run.seed,
+        **env.kwargs,
+    )
+    T = config.ppo.turns_per_update
+    storage = TimedStorage(T, num_envs, config.prompt.max_response_tokens, models.tokenizer.pad_token_id)
+    rollout = Rollout(envs, sampler, prompts, binary_reward=env.binary_reward)
+    try:
+        observations, infos = envs.reset()
+        storage.reset_first(rollout.first_prompts(observations, infos))
+        totals = dict.fromkeys(PARTS, 0.0)
+        tokens = prompt_tokens = 0
+        for i in range(warmup + updates):
+            prompts.seconds = storage.seconds = 0.0
+            metrics = rollout.collect(storage)
+            if i >= warmup:
+                totals["generate"] += metrics["time/generate"]
+                totals["env"] += metrics["time/env"]
+                totals["prompt"] += prompts.seconds
+                totals["storage"] += storage.seconds
+                totals["bookkeeping"] += metrics["time/prompt"] - prompts.seconds - storage.seconds
+                tokens += int(metrics["charts/generated_tokens"])
+                prompt_tokens += sum(len(p) for row in storage.prompts[:T] for p in row)
+            storage.after_update()
+    finally:
+        envs.close()
+    turns = T * num_envs * updates
+    total = sum(totals.values())
+    return {
+        "num_envs": num_envs,
+        "turns": turns,
+        "seconds": total,
+        "turns_per_s": turns / total,
+        "generated_tokens_per_s": tokens / total,
+        "mean_response_tokens": tokens / turns,
+        "mean_prompt_tokens": prompt_tokens / turns,
+        "ms_per_turn": {part: 1e3 * totals[part] / turns for part in PARTS},
+        "share": {part: totals[part] / total for part in PARTS},
+        "env_prompt_share": (totals["env"] + totals["prompt"]) / total,
+    }
+
+
+def machine() -> dict[str, Any]:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "platform": platform.platform(),
+        "cpu": cpu,
+        "cpu_count": os.cpu_count(),
+        "load_average": os.getloadavg(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+    }
+
+
+def plot(rows: Sequence[dict[str, Any]], path: Path, title: str) -> None:
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(8, 4))
+    ax_ms, ax_share = fig.subplots(1, 2)
+    labels = [str(r["num_envs"]) for r in rows]
+    bottom = [0.0] * len(rows)
+    colors = ("tab:blue", "tab:orange", "tab:green", "tab:purple", "tab:grey")
+    for part, color in zip(PARTS, colors, strict=True):
+        values = [r["ms_per_turn"][part] for r in rows]
+        ax_ms.bar(labels, values, bottom=bottom, color=color, label=part)
+        bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+    ax_ms.set(xlabel="envs (N)", ylabel="ms per turn", title="time per turn, by part")
+    ax_ms.legend(fontsize=8)
+    ax_share.plot(labels, [100 * r["env_prompt_share"] for r in rows], "o-", label="env + prompt building")
+    ax_share.axhline(100 * TARGET_SHARE, color="grey", ls=":", label=f"target {TARGET_SHARE:.0%}")
+    ax_share.set(xlabel="envs (N)", ylabel="% of a turn", title="env + prompt share", ylim=(0, None))
+    ax_share.legend(fontsize=8)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--config", type=Path, default=ROOT / "envs" / "tiny.toml", help="preset")
+    parser.add_argument(
+        "--num-envs", default="4,16,32", help="comma-separated N to measure (default 4,16,32)"
+    )
+    parser.add_argument("--updates", type=int, default=3, help="timed batches of T turns per N (default 3)")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed batches first (default 1)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="folder for rollout.json and rollout.png")
+    parser.add_argument("overrides", nargs="*", metavar="section.key=value", help="config overrides")
+    args = parser.parse_args(argv)
+    try:
+        config = load_config(args.config, args.overrides)
+        config.derive()
+        sizes = [int(n) for n in args.num_envs.split(",")]
+    except (ConfigError, OSError, ValueError) as error:
+        parser.error(str(error))
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(config.run.seed)
+    console = Console() if sys.stdout.isatty() else Console(width=150)
+    ensure_model(config)
+    models = load_models(config.model.path, dtype=config.model.dtype, with_reference=False)
+    models.actor.eval()
+
+    rows = []
+    for n in sizes:
+        with console.status(f"N={n} ..."):
+            rows.append(measure(config, n, args.updates, args.warmup, models))
+    table = Table(
+        title=f"Rollout collection, {args.config.name}: {config.env.id}, T={config.ppo.turns_per_update}"
+    )
+    for column in ("N", "turns/s", "tokens/s", "ms/turn", *PARTS, "env+prompt"):
+        table.add_column(column, justify="right")
+    for r in rows:
+        ms = r["ms_per_turn"]
+        share = r["env_prompt_share"]
+        table.add_row(
+            str(r["num_envs"]),
+            f"{r['turns_per_s']:.1f}",
+            f"{r['generated_tokens_per_s']:.0f}",
+            f"{sum(ms.values()):.2f}",
+            *[f"{ms[p]:.2f} ({100 * r['share'][p]:.0f}%)" for p in PARTS],
+            f"{100 * share:.1f}%" if share <= TARGET_SHARE else f"[red]{100 * share:.1f}%[/red]",
+        )
+    console.print(table)
+    console.print(
+        f"ms per turn (share of the turn); prompts {rows[0]['mean_prompt_tokens']:.0f} tokens, responses "
+        f"{rows[0]['mean_response_tokens']:.1f} tokens on average; target env + prompt <= {TARGET_SHARE:.0%}."
+    )
+    report = {
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "config_file": str(args.config),
+        "overrides": args.overrides,
+        "settings": {
+            "env": config.env.id,
+            "memory": config.env.memory,
+            "memory_kwargs": config.env.memory_kwargs,
+            "turns_per_update": config.ppo.turns_per_update,
+            "max_response_tokens": config.prompt.max_response_tokens,
+            "prompt_format": config.prompt.format,
+            "model": config.model.path,
+            "vectorization_mode": config.env.vectorization_mode,
+            "timed_batches": args.updates,
+            "warmup_batches": args.warmup,
+        },
+        "target_env_prompt_share": TARGET_SHARE,
+        "results": rows,
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "rollout.json").write_text(json.dumps(report, indent=2) + "\n")
+    plot(rows, args.out / "rollout.png", f"{config.env.id}, tiny model, {torch.get_num_threads()} thread(s)")
+    console.print(f"wrote {args.out / 'rollout.json'} and {args.out / 'rollout.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

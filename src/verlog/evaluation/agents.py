@@ -1,0 +1,278 @@
+"""Who plays an evaluation: a model (a Hugging Face folder, a run or one of its checkpoints) or a baseline.
+
+Every agent answers a batch of turns at once (one ``generate`` call for all the envs that are waiting), and
+is told when each episode starts, with its seed, so a baseline can seed itself per episode and give the same
+actions however the episodes are scheduled. A model prompts and samples exactly as the learner does: the
+learner's :class:`~verlog.ppo.prompts.PromptBuilder` and :class:`~verlog.ppo.sampling.TransformersSampler`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+__all__ = [
+    "BASELINES",
+    "Agent",
+    "EvalError",
+    "ModelAgent",
+    "ModelSource",
+    "OracleAgent",
+    "RandomAgent",
+    "Turn",
+    "resolve_model",
+]
+
+#: Names that select a built-in baseline instead of a model path.
+BASELINES = ("random", "oracle")
+_CHECKPOINT = re.compile(r"^\d{6}$")
+
+
+class EvalError(ValueError):
+    """An evaluation that cannot run as asked (a missing export, a mismatched output folder, ...)."""
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One env waiting for an answer: its episode's id, the observation and the env's info."""
+
+    key: str
+    observation: str
+    info: dict[str, Any]
+
+
+class Agent(Protocol):
+    #: Shown in tables and written to every episode record.
+    name: str
+    #: Whether :meth:`start` needs the sub-env itself (only sync vector envs can hand it over).
+    needs_env: bool
+
+    def identity(self) -> dict[str, Any]:
+        """What makes two runs of this agent play the same episodes the same way (checked on resume)."""
+        ...
+
+    def start(self, key: str, seed: int, env: Any | None) -> None:
+        """Episode ``key`` begins, reset with ``seed``; ``env`` is its sub-env when ``needs_env``."""
+        ...
+
+    def act(self, turns: Sequence[Turn]) -> list[str]:
+        """One response per turn."""
+        ...
+
+    def finish(self, key: str) -> None:
+        """Episode ``key`` ended; forget what was kept for it."""
+        ...
+
+
+class RandomAgent:
+    """Uniform over ``info["valid_actions"]``, from an RNG seeded by the episode's seed."""
+
+    name = "random"
+    needs_env = False
+
+    def __init__(self) -> None:
+        self._rngs: dict[str, np.random.Generator] = {}
+
+    def identity(self) -> dict[str, Any]:
+        return {"agent": "random"}
+
+    def start(self, key: str, seed: int, env: Any | None) -> None:
+        self._rngs[key] = np.random.default_rng(seed)
+
+    def act(self, turns: Sequence[Turn]) -> list[str]:
+        out = []
+        for turn in turns:
+            actions = list(turn.info["valid_actions"])
+            out.append(str(actions[int(self._rngs[turn.key].integers(len(actions)))]))
+        return out
+
+    def finish(self, key: str) -> None:
+        self._rngs.pop(key, None)
+
+
+class OracleAgent:
+    """BabaIsAI's solver: plays a shortest winning plan from the episode's start, and plans again from the
+    current state whenever the plan runs out or names an action the env does not list. When no win exists
+    within the remaining steps it plays the game's default action (the episode then scores what it scores).
+    """
+
+    name = "oracle"
+    needs_env = True
+
+    def __init__(self, max_states: int = 500_000) -> None:
+        from verlog.envs.babaisai import solve  # the documented entry point of the game package
+
+        self._solve = solve
+        self.max_states = max_states
+        self._envs: dict[str, Any] = {}
+        self._plans: dict[str, list[str]] = {}
+        #: Episodes for which the solver found no plan at some turn (counted, for the summary).
+        self.unsolved: set[str] = set()
+
+    def identity(self) -> dict[str, Any]:
+        return {"agent": "oracle", "max_states": self.max_states}
+
+    def start(self, key: str, seed: int, env: Any | None) -> None:
+        if env is None:
+            raise EvalError("the oracle reads the game state: run it with sync vector envs")
+        self._envs[key] = env
+        self._plans[key] = []
+
+    def act(self, turns: Sequence[Turn]) -> list[str]:
+        out = []
+        for turn in turns:
+            plan = self._plans[turn.key]
+            valid = list(turn.info["valid_actions"])
+            if not plan or plan[0] not in valid:
+                found = self._solve(self._envs[turn.key], max_states=self.max_states)
+                plan[:] = found or []
+                if found is None:
+                    self.unsolved.add(turn.key)
+            out.append(plan.pop(0) if plan else str(self._envs[turn.key].unwrapped.default_action))
+        return out
+
+    def finish(self, key: str) -> None:
+        self._envs.pop(key, None)
+        self._plans.pop(key, None)
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """Where a model's weights are, and the run whose ``config.toml`` it was trained with (if any)."""
+
+    model_path: str
+    run_dir: Path | None = None
+    checkpoint: Path | None = None
+
+
+def resolve_model(spec: str) -> ModelSource:
+    """A Hugging Face folder or hub id, a run folder (its newest checkpoint) or a checkpoint folder, as the
+    folder of the actor to load. Errors name what is missing."""
+    path = Path(spec)
+    if not path.exists():
+        if spec.startswith((".", "/", "~")) or spec.count("/") > 1:
+            raise EvalError(f"{spec}: no such folder (and not a Hugging Face id of the form owner/name)")
+        return ModelSource(spec)  # a hub id: from_pretrained fetches it
+    if not path.is_dir():
+        raise EvalError(f"{spec} is a file; give a model folder, a run folder or a checkpoint folder")
+    if (path / "config.json").is_file():
+        run_dir = None
+        if path.name == "actor" and path.parent.parent.name == "checkpoints":
+            run_dir = path.parent.parent.parent
+        return ModelSource(str(path), run_dir, path.parent if run_dir else None)
+    if (path / "checkpoints").is_dir() or (path / "config.toml").is_file():
+        from verlog.ppo.checkpoint import latest_checkpoint
+
+        run_dir, checkpoint = path, latest_checkpoint(path)
+        if checkpoint is None:
+            raise EvalError(
+                f"run {path} has no complete checkpoint (checkpoints/NNNNNN): it saved none yet; "
+                "wait for one (run.checkpoint_every) or point at another run"
+            )
+    elif _CHECKPOINT.match(path.name) and path.parent.name == "checkpoints":
+        run_dir, checkpoint = path.parent.parent, path
+    else:
+        raise EvalError(
+            f"{path} is not a model folder (no config.json), a run folder (no checkpoints/) "
+            "or a checkpoint folder (checkpoints/NNNNNN)"
+        )
+    actor = checkpoint / "actor"
+    if not (actor / "config.json").is_file():
+        held = ", ".join(sorted(p.name for p in checkpoint.iterdir())) or "nothing"
+        raise EvalError(
+            f"checkpoint {checkpoint} has no actor/ folder with the actor in Hugging Face format (it holds: "
+            f"{held}); the run was trained with run.export_actor = false, so only the training state was "
+            "saved. Train with run.export_actor = true (the default) to evaluate its checkpoints."
+        )
+    return ModelSource(str(actor), run_dir, checkpoint)
+
+
+@dataclass
+class ModelSettings:
+    """How a model is prompted and decoded (the learner's ``prompt`` and ``sampling`` sections)."""
+
+    format: str = "think"
+    format_request: str = ""
+    max_prompt_tokens: int = 1024
+    max_response_tokens: int = 512
+    greedy: bool = True
+    temperature: float = 1.0
+    top_p: float = 1.0
+    batch_size: int = 0
+    dtype: str = "float32"
+    device: str = "auto"
+    seed: int = 0
+
+
+class ModelAgent:
+    """A causal LM prompted by the learner's prompt builder and decoded by its sampler (greedy by default)."""
+
+    needs_env = False
+
+    def __init__(self, source: ModelSource, settings: ModelSettings) -> None:
+        import torch
+
+        from verlog.ppo.policy import load_actor, load_tokenizer
+        from verlog.ppo.prompts import PromptBuilder
+        from verlog.ppo.sampling import TransformersSampler
+
+        self.source = source
+        self.settings = settings
+        self.name = source.model_path
+        device = settings.device
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        try:
+            tokenizer = load_tokenizer(source.model_path)
+            model = load_actor(source.model_path, dtype=settings.dtype)
+        except (OSError, ValueError) as error:
+            where = "" if Path(source.model_path).exists() else " (not a local folder: tried as a hub id)"
+            raise EvalError(f"cannot load a model from {source.model_path}{where}: {error}") from error
+        self.model = model.to(device).eval()
+        self.prompts = PromptBuilder(
+            tokenizer, settings.format, settings.max_prompt_tokens, settings.format_request
+        )
+        self.sampler = TransformersSampler(
+            self.model,
+            tokenizer,
+            max_new_tokens=settings.max_response_tokens,
+            temperature=settings.temperature,
+            top_p=settings.top_p,
+            batch_size=settings.batch_size,
+        )
+        if not settings.greedy:
+            torch.manual_seed(settings.seed)  # sampled runs repeat for the same settings and schedule
+        self.generated_tokens = 0
+        self.turns = 0
+
+    def identity(self) -> dict[str, Any]:
+        s = self.settings
+        decoding = {"greedy": True} if s.greedy else {"temperature": s.temperature, "top_p": s.top_p}
+        return {
+            "agent": "model",
+            "model": self.source.model_path,
+            "format": s.format,
+            "format_request": s.format_request,
+            "max_prompt_tokens": s.max_prompt_tokens,
+            "max_response_tokens": s.max_response_tokens,
+            "dtype": s.dtype,
+            **decoding,
+        }
+
+    def start(self, key: str, seed: int, env: Any | None) -> None:
+        del key, seed, env  # the model keeps nothing per episode: the memory wrapper holds the history
+
+    def act(self, turns: Sequence[Turn]) -> list[str]:
+        prompts = [self.prompts.from_info(turn.observation, turn.info) for turn in turns]
+        samples = self.sampler.generate(prompts, greedy=self.settings.greedy)
+        self.generated_tokens += sum(len(ids) for ids in samples.token_ids)
+        self.turns += len(turns)
+        return list(samples.texts)
+
+    def finish(self, key: str) -> None:
+        del key

@@ -1,0 +1,358 @@
+"""``verlog eval`` / ``agents/evaluate.py``: a model or a baseline on a suite, scored the way BALROG scores.
+
+    verlog eval random --suite babyai --episodes 10
+    verlog eval oracle --suite babaisai
+    verlog eval runs/learn-0001 --suite verlog/BabyAI-GoTo-v0 --episodes 50
+    verlog eval Qwen/Qwen2.5-3B-Instruct --suite babyai --config envs/babyai.toml --sample
+
+The output folder holds ``episodes.jsonl`` (one record per episode, appended as it ends), ``settings.json``,
+``summary.json``, ``results.md`` and ``scores.png``. Running the same command again resumes: finished
+episodes are read back and not played again. A folder written with other settings (another model, seed,
+memory, prompt or decoding) is refused rather than mixed.
+
+How a model is prompted (memory, answer format, token limits) comes from the learner's configuration: a run's
+own ``config.toml`` when a run or checkpoint is evaluated, else ``--config`` (a preset such as
+``envs/babyai.toml``) or the learner's defaults, with ``--set section.key=value`` overrides. The env's own
+keyword arguments come only from ``--env-kwargs`` (training's ``env.kwargs``, such as an invalid-action
+penalty, do not change the scores and are not used), so every model is scored on the same envs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from verlog.evaluation import output
+from verlog.evaluation.agents import (
+    BASELINES,
+    Agent,
+    EvalError,
+    ModelAgent,
+    ModelSettings,
+    OracleAgent,
+    RandomAgent,
+    resolve_model,
+)
+from verlog.evaluation.runner import EnvSettings, EpisodeLog, play
+from verlog.evaluation.scoring import summarize
+from verlog.evaluation.suites import episode_seed, game_of, resolve_suite
+
+__all__ = ["EVAL_HELP", "add_eval_arguments", "add_eval_command", "evaluate", "main", "run_eval"]
+
+EVAL_HELP = "Evaluate a model, a training run or a baseline on a suite (BALROG scores with standard errors)."
+EPISODES_FILE = "episodes.jsonl"
+SETTINGS_FILE = "settings.json"
+
+
+def evaluate(
+    agent: str,
+    suite: str | Sequence[str] = "babyai",
+    *,
+    out: str | Path | None = None,
+    episodes: int | None = None,
+    seed: int = 0,
+    num_envs: int = 8,
+    vectorization_mode: str = "sync",
+    config: str | Path | None = None,
+    overrides: Sequence[str] = (),
+    env_kwargs: dict[str, Any] | None = None,
+    sample: bool = False,
+    device: str = "auto",
+    progress: bool = False,
+) -> dict[str, Any]:
+    """Play (or finish playing) the evaluation and write its files; return the summary.
+
+    ``agent`` is ``"random"``, ``"oracle"`` (BabaIsAI only), or a model: a Hugging Face folder or id, a run
+    folder (its newest checkpoint) or a checkpoint folder (``checkpoints/NNNNNN``).
+    """
+    the_suite = resolve_suite(suite)
+    n = the_suite.default_episodes if episodes is None else int(episodes)
+    if n < 1:
+        raise EvalError(f"episodes must be at least 1, got {n}")
+    if vectorization_mode not in ("sync", "async"):
+        raise EvalError(f"vectorization mode must be 'sync' or 'async', got {vectorization_mode!r}")
+    folder = Path(out) if out is not None else default_out(agent, the_suite.name, seed)
+    started = time.perf_counter()
+
+    player, learner = _make_agent(agent, the_suite.tasks, config, overrides, sample, device, seed)
+    env = EnvSettings(
+        num_envs=num_envs,
+        vectorization_mode=vectorization_mode,
+        memory=learner.env.memory,
+        memory_kwargs=dict(learner.env.memory_kwargs),
+        env_kwargs=dict(env_kwargs or {}),
+    )
+    if player.needs_env and vectorization_mode != "sync":
+        raise EvalError(f"the {player.name} agent reads the game state: use sync vector envs")
+    settings = {
+        "agent": player.identity(),
+        "seed": seed,
+        "memory": env.memory,
+        "memory_kwargs": env.memory_kwargs,
+        "env_kwargs": env.env_kwargs,
+    }
+    log = EpisodeLog(folder / EPISODES_FILE)
+    records = _check_resume(folder, settings, log)
+    wanted = {(task, episode_seed(seed, task, i)) for task in the_suite.tasks for i in range(n)}
+    done = {(r["task"], r["seed"]) for r in records} & wanted
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / SETTINGS_FILE).write_text(json.dumps(settings, indent=2) + "\n")
+
+    todo = len(wanted) - len(done)
+    with _progress(progress, todo, len(done)) as advance:
+
+        def keep(record: dict[str, Any]) -> None:
+            log.append(record)
+            records.append(record)
+            advance()
+
+        played = play(player, the_suite.tasks, n, seed, env, done=done, on_record=keep)
+
+    kept: dict[tuple[str, int], dict[str, Any]] = {}
+    for record in records:  # the first record of an episode wins (a duplicate can only repeat it)
+        key = (record["task"], record["seed"])
+        if key in wanted and key not in kept:
+            kept[key] = record
+    ordered = sorted(kept.values(), key=lambda r: (the_suite.tasks.index(r["task"]), r["episode"]))
+    summary = {
+        "date": output.now(),
+        "machine": output.machine(),
+        "suite": the_suite.name,
+        "episodes_per_task": n,
+        "seed": seed,
+        **settings,
+        "played_now": played,
+        "resumed": len(done),
+        "elapsed_s": time.perf_counter() - started,
+        **summarize(ordered, the_suite.tasks, {task: game_of(task) for task in the_suite.tasks}),
+    }
+    if isinstance(player, OracleAgent):
+        summary["oracle_unsolved_now"] = sorted(player.unsolved)
+    if isinstance(player, ModelAgent) and player.turns:
+        summary["mean_response_tokens_now"] = player.generated_tokens / player.turns
+    output.write(summary, folder)
+    summary["out"] = str(folder)
+    return summary
+
+
+def default_out(agent: str, suite: str, seed: int) -> Path:
+    """``runs/eval/<agent>-<suite>-s<seed>``, the agent and suite as file-name-safe slugs."""
+    path = Path(agent.rstrip("/"))
+    name = agent if agent in BASELINES else path.name or "model"
+    if "checkpoints" in path.parts:  # runs/NAME/checkpoints/000100[/actor] -> NAME-000100
+        name = "-".join([p for p in path.parts if p not in ("checkpoints", "actor")][-2:])
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", f"{name}-{suite}-s{seed}")
+    return Path("runs") / "eval" / slug
+
+
+def _make_agent(
+    spec: str,
+    tasks: Sequence[str],
+    config: str | Path | None,
+    overrides: Sequence[str],
+    sample: bool,
+    device: str,
+    seed: int,
+) -> tuple[Agent, Any]:
+    """The agent, and the learner's configuration its prompts and memory come from."""
+    from verlog.ppo.config import ConfigError, load_config
+
+    source = None
+    if spec not in BASELINES:
+        source = resolve_model(spec)
+        if config is None and source.run_dir is not None and (source.run_dir / "config.toml").is_file():
+            config = source.run_dir / "config.toml"
+    try:
+        learner = load_config(config, overrides)
+    except (ConfigError, OSError) as error:
+        raise EvalError(f"config: {error}") from error
+    if spec == "random":
+        return RandomAgent(), learner
+    if spec == "oracle":
+        others = sorted({game_of(t) for t in tasks} - {"babaisai"})
+        if others:
+            raise EvalError(f"the oracle is BabaIsAI's solver; the suite also holds {', '.join(others)}")
+        return OracleAgent(), learner
+    assert source is not None
+    settings = ModelSettings(
+        format=learner.prompt.format,
+        format_request=learner.prompt.format_request,
+        max_prompt_tokens=learner.prompt.max_prompt_tokens,
+        max_response_tokens=learner.prompt.max_response_tokens,
+        greedy=not sample,
+        temperature=learner.sampling.temperature,
+        top_p=learner.sampling.top_p,
+        batch_size=learner.sampling.batch_size,
+        dtype=learner.model.dtype,
+        device=device,
+        seed=seed,
+    )
+    return ModelAgent(source, settings), learner
+
+
+def _check_resume(folder: Path, settings: dict[str, Any], log: EpisodeLog) -> list[dict[str, Any]]:
+    """The records already in ``folder``, after checking they were played with the same settings."""
+    path = folder / SETTINGS_FILE
+    if not path.is_file():
+        if log.path.is_file() and log.path.stat().st_size:
+            raise EvalError(f"{log.path} exists without {SETTINGS_FILE}: use another --out")
+        return []
+    previous = json.loads(path.read_text())
+    current = json.loads(json.dumps(settings))  # the same JSON types as the file holds
+    differ = sorted(key for key in set(previous) | set(current) if previous.get(key) != current.get(key))
+    if differ:
+        detail = "; ".join(f"{k}: {previous.get(k)!r} there, {current.get(k)!r} now" for k in differ)
+        raise EvalError(
+            f"{folder} holds an evaluation with other settings ({detail}); use another --out to keep both"
+        )
+    return log.read()
+
+
+class _progress:
+    """A rich progress bar over episodes (or nothing), as a context manager that yields ``advance()``."""
+
+    def __init__(self, show: bool, todo: int, done: int) -> None:
+        self.show, self.todo, self.done = show, todo, done
+        self.bar: Any = None
+
+    def __enter__(self) -> Any:
+        if not self.show or not self.todo:
+            return lambda: None
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self.bar = Progress(
+            TextColumn("[bold]eval"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), transient=True
+        )
+        self.bar.start()
+        task = self.bar.add_task("episodes", total=self.todo + self.done, completed=self.done)
+        return lambda: self.bar.advance(task)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+# ------------------------------------------------------------------------------------------------ the CLI
+def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``verlog eval`` (the positional's dest is ``agent``)."""
+    parser.add_argument(
+        "agent",
+        metavar="AGENT",
+        help="random, oracle (BabaIsAI), a Hugging Face model folder or id, a run folder (its newest "
+        "checkpoint) or a checkpoint folder (runs/NAME-NNNN/checkpoints/NNNNNN)",
+    )
+    parser.add_argument(
+        "--suite",
+        default="babyai",
+        help="babyai (5 tasks), babaisai (40 levels), crafter, or comma-separated env ids (default babyai)",
+    )
+    parser.add_argument(
+        "--episodes",
+        type=int,
+        default=None,
+        metavar="N",
+        help="seeded episodes per task (default BALROG's: babyai 10, babaisai 3, crafter 10)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="base seed of the episode seeds (default 0)")
+    parser.add_argument(
+        "--num-envs", type=int, default=8, metavar="N", help="envs played in parallel (default 8)"
+    )
+    parser.add_argument("--vectorization", choices=("sync", "async"), default="sync", help="vector env kind")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="output folder (default runs/eval/AGENT-SUITE-sSEED)"
+    )
+    parser.add_argument("--config", type=Path, default=None, help="learner preset for memory and prompts")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="override a learner setting, e.g. --set prompt.format=action (repeatable)",
+    )
+    parser.add_argument(
+        "--env-kwargs",
+        default="{}",
+        metavar="TOML",
+        help="the env's keyword arguments as a TOML inline table, e.g. '{ max_episode_steps = 32 }'",
+    )
+    parser.add_argument(
+        "--sample",
+        action="store_true",
+        help="sample at sampling.temperature / top_p instead of greedy decoding (models only)",
+    )
+    parser.add_argument("--device", default="auto", help="model device: auto, cpu, cuda, cuda:1, ...")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar and no table")
+
+
+def add_eval_command(subparsers: Any) -> argparse.ArgumentParser:
+    """Add ``eval`` to a CLI's subparsers; the parser's default ``func`` is :func:`run_eval`."""
+    parser = subparsers.add_parser("eval", help=EVAL_HELP, description=EVAL_HELP)
+    add_eval_arguments(parser)
+    parser.set_defaults(func=run_eval)
+    return parser
+
+
+def _parse_table(text: str) -> dict[str, Any]:
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python 3.10 ships no TOML reader
+        import tomli as tomllib
+
+    try:
+        value = tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError as error:
+        raise EvalError(f"--env-kwargs {text!r} is not a TOML inline table: {error}") from error
+    if not isinstance(value, dict):
+        raise EvalError("--env-kwargs must be a TOML inline table like '{ max_episode_steps = 32 }'")
+    return value
+
+
+def run_eval(args: argparse.Namespace) -> int:
+    """Run ``verlog eval`` from parsed arguments; exit status 2 for an evaluation that cannot run."""
+    from gymnasium.error import UnregisteredEnv
+
+    try:
+        summary = evaluate(
+            args.agent,
+            args.suite,
+            out=args.out,
+            episodes=args.episodes,
+            seed=args.seed,
+            num_envs=args.num_envs,
+            vectorization_mode=args.vectorization,
+            config=args.config,
+            overrides=args.overrides,
+            env_kwargs=_parse_table(args.env_kwargs),
+            sample=args.sample,
+            device=args.device,
+            progress=not args.quiet,
+        )
+    except (EvalError, UnregisteredEnv) as error:
+        print(f"verlog eval: error: {error}", file=sys.stderr)
+        return 2
+    if not args.quiet:
+        from rich.console import Console
+
+        Console().print(output.console_table(summary))
+    total = summary["overall"]
+    print(
+        f"overall {total['score']:.1f} ± {total['score_se']:.1f} over {total['games']} game(s); "
+        f"{summary['played_now']} episodes played now, {summary['resumed']} resumed; wrote {summary['out']}"
+    )
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m verlog.evaluation`` / ``agents/evaluate.py``."""
+    parser = argparse.ArgumentParser(
+        prog="verlog eval", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    add_eval_arguments(parser)
+    return run_eval(parser.parse_args(argv))

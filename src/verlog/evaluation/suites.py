@@ -1,0 +1,104 @@
+"""What an evaluation plays: suites of env ids, the game each id belongs to, and the seed of every episode.
+
+A suite is a name (``babyai``: BALROG's five tasks, ``babaisai``: the 40 level families, ``crafter``) or a
+list of registered ids. Episode ``i`` of task ``k`` is always reset with :func:`episode_seed` of
+``(base seed, k, i)``: the same episodes for every model and every run, whatever the number of parallel envs
+or the order episodes finish in, so scores are comparable (BALROG draws a fresh seed from the clock).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from verlog.envs.registration import BABYAI_TASKS
+
+__all__ = [
+    "DEFAULT_EPISODES",
+    "SUITES",
+    "Suite",
+    "episode_seed",
+    "game_of",
+    "resolve_suite",
+    "short_name",
+]
+
+#: Episodes per task that BALROG plays (``config.yaml``: babyai 10, babaisai 3, crafter 10).
+DEFAULT_EPISODES = {"babyai": 10, "babaisai": 3, "crafter": 10}
+#: The suite names :func:`resolve_suite` knows.
+SUITES = ("babyai", "babaisai", "crafter")
+
+
+@dataclass(frozen=True)
+class Suite:
+    """A named list of env ids and the episodes BALROG plays per id."""
+
+    name: str
+    tasks: tuple[str, ...]
+    default_episodes: int
+
+
+def _babaisai_ids() -> tuple[str, ...]:
+    from verlog.envs.babaisai.levels import LEVELS  # plain data; the game module may land later
+
+    return tuple(f"verlog/BabaIsAI-{family}-v0" for family in LEVELS)
+
+
+def resolve_suite(spec: str | Sequence[str]) -> Suite:
+    """A suite name, or env ids (a list, or one string of comma-separated ids), as a :class:`Suite`.
+
+    Unknown ids raise ``gymnasium.error.UnregisteredEnv`` naming the closest registered ones.
+    """
+    import gymnasium as gym
+
+    import verlog  # noqa: F401  (registers the verlog/... ids)
+
+    if isinstance(spec, str) and spec in SUITES:
+        if spec == "babyai":
+            tasks = tuple(f"verlog/BabyAI-{suffix}-v0" for suffix in BABYAI_TASKS.values())
+        elif spec == "babaisai":
+            tasks = _babaisai_ids()
+        else:
+            tasks = ("verlog/Crafter-v0",)
+        name = spec
+    else:
+        items = spec.split(",") if isinstance(spec, str) else list(spec)
+        tasks = tuple(dict.fromkeys(item.strip() for item in items if item.strip()))
+        if not tasks:
+            raise ValueError("the suite names no env id")
+        name = "custom" if len(tasks) > 1 else short_name(tasks[0])
+    missing = [task for task in tasks if task not in gym.registry]
+    if missing:
+        import difflib
+
+        close = difflib.get_close_matches(missing[0], list(gym.registry), n=3)
+        hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        raise gym.error.UnregisteredEnv(
+            f"no env registered with id {missing[0]!r}{more}{hint} (`verlog list` lists them)"
+        )
+    games = {game_of(task) for task in tasks}
+    default = DEFAULT_EPISODES[games.pop()] if len(games) == 1 and games <= set(DEFAULT_EPISODES) else 10
+    return Suite(name, tasks, default)
+
+
+def game_of(env_id: str) -> str:
+    """The game an env id belongs to (``verlog/BabyAI-GoTo-v0`` -> ``babyai``): BALROG's "environment"."""
+    name = env_id.split("/", 1)[-1].split(":")[-1]
+    head = name.split("-", 1)[0].lower()
+    return head or name.lower()
+
+
+def short_name(env_id: str) -> str:
+    """A table label: the id without its ``verlog/`` namespace and ``-v0`` version."""
+    name = env_id.split("/", 1)[-1]
+    stem, dash, version = name.rpartition("-")
+    return stem if dash and version.startswith("v") and version[1:].isdigit() else name
+
+
+def episode_seed(base_seed: int, task: str, index: int) -> int:
+    """The reset seed of episode ``index`` of ``task``: a 31-bit hash of the three (stable across runs,
+    machines and Python versions, unlike ``hash``)."""
+    digest = hashlib.sha256(f"verlog-eval/{base_seed}/{task}/{index}".encode()).hexdigest()
+    return int(digest[:8], 16) & 0x7FFFFFFF
