@@ -156,3 +156,6 @@ def test_eval_command_scores_a_baseline(tmp_path) -> None:
     summary = json.loads((out / "summary.json").read_text())
     assert "verlog/BabyAI-GoTo-v0" in json.dumps(summary)
     assert len((out / "episodes.jsonl").read_text().splitlines()) == 2
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert len(samples) == 2 and {s["source"] for s in samples} == {"eval"}  # 2 turns of the one task
+    assert all(s["prompt"] and s["env_id"] == "verlog/BabyAI-GoTo-v0" for s in samples)

@@ -42,6 +42,7 @@ from verlog.evaluation.agents import (
 from verlog.evaluation.runner import EnvSettings, EpisodeLog, play
 from verlog.evaluation.scoring import summarize
 from verlog.evaluation.suites import episode_seed, game_of, resolve_suite
+from verlog.samples import SampleWriter, TurnSample, pick_turns
 
 __all__ = ["EVAL_HELP", "add_eval_arguments", "add_eval_command", "evaluate", "main", "run_eval"]
 
@@ -65,8 +66,12 @@ def evaluate(
     sample: bool = False,
     device: str = "auto",
     progress: bool = False,
+    samples_per_family: int = 2,
 ) -> dict[str, Any]:
     """Play (or finish playing) the evaluation and write its files; return the summary.
+
+    ``samples_per_family`` turns per task (drawn from those played now) are appended to ``samples.jsonl``
+    in the output folder, with ``source = "eval"``, for ``verlog report``-style reading.
 
     ``agent`` is ``"random"``, ``"oracle"`` (BabaIsAI only), or a model: a Hugging Face folder or id, a run
     folder (its newest checkpoint) or a checkpoint folder (``checkpoints/NNNNNN``).
@@ -112,7 +117,12 @@ def evaluate(
             records.append(record)
             advance()
 
-        played = play(player, the_suite.tasks, n, seed, env, done=done, on_record=keep)
+        turns: list[dict[str, Any]] = []
+        played = play(player, the_suite.tasks, n, seed, env, done=done, on_record=keep, on_turn=turns.append)
+    if samples_per_family and turns:  # a few turns per task, to read what the agent said and did
+        picked = pick_turns(turns, samples_per_family, seed)
+        with SampleWriter(folder) as writer:
+            writer.write_many(TurnSample(update=0, global_step=0, source="eval", **t) for t in picked)
 
     kept: dict[tuple[str, int], dict[str, Any]] = {}
     for record in records:  # the first record of an episode wins (a duplicate can only repeat it)

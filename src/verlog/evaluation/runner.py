@@ -24,6 +24,7 @@ import numpy as np
 
 from verlog.evaluation.agents import Agent, EvalError, Turn
 from verlog.evaluation.suites import episode_seed, game_of, short_name
+from verlog.samples import family_of
 
 __all__ = ["EnvSettings", "EpisodeLog", "play", "slot_info"]
 
@@ -143,14 +144,37 @@ class _TaskEnvs:
     def turns(self) -> list[Turn]:
         return [Turn(s.key, s.observation, s.info) for s in self.slots if s.key is not None]
 
-    def step(self, answers: Mapping[str, str]) -> list[dict[str, Any]]:
-        """Step every slot (idle ones with the filler); return the records of the episodes that ended."""
+    def step(
+        self, answers: Mapping[str, str], on_turn: Callable[[dict[str, Any]], None] | None = None
+    ) -> list[dict[str, Any]]:
+        """Step every slot (idle ones with the filler); return the records of the episodes that ended.
+
+        ``on_turn`` gets every played turn as :class:`verlog.samples.TurnSample` fields (``prompt`` is the
+        text the agent was shown), so a caller can keep a few per task in ``samples.jsonl``."""
         actions = tuple(answers[s.key] if s.key is not None else _FILLER for s in self.slots)
         observations, rewards, terminated, truncated, infos = self.envs.step(actions)
         records, ended = [], []
         for n, slot in enumerate(self.slots):
             if slot.key is None:
                 continue
+            if on_turn is not None:
+                done = bool(terminated[n] or truncated[n])
+                info = slot_info(infos["final_info"] if done else infos, n)
+                on_turn(
+                    dict(
+                        env_id=self.task,
+                        family=family_of(self.task, info),
+                        env_index=n,
+                        episode=slot.index,
+                        turn=slot.length,
+                        prompt=slot.observation,
+                        response=actions[n],
+                        action=str(info.get("executed_action", "")),
+                        action_valid=bool(info.get("action_valid", True)),
+                        reward=float(rewards[n]),
+                        progression=float(info.get("progression", 0.0)),
+                    )
+                )
             slot.episode_return += float(rewards[n])
             slot.length += 1
             if terminated[n] or truncated[n]:
@@ -217,10 +241,12 @@ def play(
     *,
     done: Iterable[tuple[str, int]] = (),
     on_record: Callable[[dict[str, Any]], None] = lambda record: None,
+    on_turn: Callable[[dict[str, Any]], None] | None = None,
 ) -> int:
     """Play episodes ``0..episodes-1`` of every task, except the ``(task, seed)`` pairs in ``done``.
 
-    ``on_record`` gets each episode's record as it ends. Returns the number of episodes played.
+    ``on_record`` gets each episode's record as it ends, ``on_turn`` every turn (see ``_TaskEnvs.step``).
+    Returns the number of episodes played.
     """
     if settings.num_envs < 1:
         raise ValueError(f"num_envs must be at least 1, got {settings.num_envs}")
@@ -247,7 +273,7 @@ def play(
             turns = [turn for e in open_envs for turn in e.turns()]
             answers = dict(zip((t.key for t in turns), agent.act(turns), strict=True))
             for task_envs in list(open_envs):
-                for record in task_envs.step(answers):
+                for record in task_envs.step(answers, on_turn):
                     played += 1
                     on_record(record)
                 if task_envs.active == 0:
