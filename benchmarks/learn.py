@@ -102,7 +102,7 @@ def plot(records: Sequence[dict[str, Any]], result: dict[str, Any], path: Path, 
     for i in range(len(records)):
         w = window(records[max(0, i - k + 1) : i + 1])
         smooth.append(w["success"] if w["episodes"] >= MIN_EPISODES else math.nan)  # too few: no point
-    fig = Figure(figsize=(8, 4.2))
+    fig = Figure(figsize=(8, 4.8))
     ax = fig.add_subplot()
     ax.plot(updates, smooth, color="tab:blue", label=f"success (episodes of the last {k} updates)")
     for name, color in (("first", "tab:red"), ("last", "tab:green")):
@@ -116,7 +116,7 @@ def plot(records: Sequence[dict[str, Any]], result: dict[str, Any], path: Path, 
     ax.plot(updates, invalid, color="grey", lw=0.8, alpha=0.7, label="invalid-action rate")
     ax.set(xlabel="PPO update", ylabel="rate", ylim=(0, 1), title=title)
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8, loc="center right")
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
