@@ -20,8 +20,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import os
-import platform
 import statistics
 import sys
 import time
@@ -33,6 +31,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+from verlog.evaluation.output import machine
 from verlog.ppo.returns import dual_discount_gae, dual_discount_gae_loop
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -117,25 +116,6 @@ def run_setting(path: str, R: int, loop_envs: int, loop_repeats: int, seed: int)
         "max_abs_diff_returns": diff_ret,
         "max_abs_advantage": float(ref_adv.abs().max()),
         "within_tolerance": max(diff_adv, diff_ret) <= TOLERANCE,
-    }
-
-
-def machine() -> dict[str, object]:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {
-        "platform": platform.platform(),
-        "cpu": cpu,
-        "cpu_count": os.cpu_count(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "torch_threads": torch.get_num_threads(),
     }
 
 

@@ -20,12 +20,13 @@ import datetime as dt
 import json
 import math
 import os
-import platform
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from verlog.evaluation import output
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -158,7 +159,6 @@ def build_word_tiny(config: Any, *, hidden_size: int = 64, num_layers: int = 2, 
     the game, so a move is 4 times as likely at the start and a prompt is shorter.
     """
     import collections
-    import os
     import shutil
     import tempfile
 
@@ -220,25 +220,10 @@ def build_word_tiny(config: Any, *, hidden_size: int = 64, num_layers: int = 2, 
 
 
 def machine() -> dict[str, Any]:
-    import torch
+    """The machine, with torch's version (the training runs in a subprocess)."""
+    import torch  # noqa: F401  (loaded, so the machine record names its version)
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {
-        "platform": platform.platform(),
-        "cpu": cpu,
-        "cpu_count": os.cpu_count(),
-        "load_average_at_end": os.getloadavg(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "torch_threads": torch.get_num_threads(),
-    }
+    return output.machine()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -21,8 +21,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import os
-import platform
 import sys
 import time
 from collections.abc import Sequence
@@ -34,6 +32,7 @@ from rich.console import Console
 from rich.table import Table
 
 import verlog
+from verlog.evaluation.output import machine
 from verlog.ppo.config import Config, ConfigError, load_config
 from verlog.ppo.policy import load_models
 from verlog.ppo.prompts import PromptBuilder
@@ -140,26 +139,6 @@ def measure(config: Config, num_envs: int, updates: int, warmup: int, models: An
         "ms_per_turn": {part: 1e3 * totals[part] / turns for part in PARTS},
         "share": {part: totals[part] / total for part in PARTS},
         "env_prompt_share": (totals["env"] + totals["prompt"]) / total,
-    }
-
-
-def machine() -> dict[str, Any]:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {
-        "platform": platform.platform(),
-        "cpu": cpu,
-        "cpu_count": os.cpu_count(),
-        "load_average": os.getloadavg(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "torch_threads": torch.get_num_threads(),
     }
 
 

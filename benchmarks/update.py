@@ -24,7 +24,6 @@ import argparse
 import datetime as dt
 import json
 import os
-import platform
 import shutil
 import sys
 import tempfile
@@ -36,6 +35,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+from verlog.evaluation.output import machine
 from verlog.ppo.config import Config, ConfigError, load_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -138,28 +138,6 @@ def build_real(tokenizer_from: str, folder: Path, layers: int) -> Path:
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
-
-
-def machine() -> dict[str, Any]:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    info: dict[str, Any] = {
-        "platform": platform.platform(),
-        "cpu": cpu,
-        "cpu_count": os.cpu_count(),
-        "load_average": os.getloadavg(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-    }
-    if torch.cuda.is_available():
-        info["gpu"] = torch.cuda.get_device_name(0)
-    return info
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -34,6 +34,7 @@ def machine() -> dict[str, Any]:
         "platform": platform.platform(),
         "cpu": cpu,
         "cpu_count": os.cpu_count(),
+        "load_average": os.getloadavg(),
         "python": platform.python_version(),
     }
     import sys
