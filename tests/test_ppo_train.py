@@ -197,3 +197,21 @@ def test_garbage_output_is_handled_and_counted(model_path: Path) -> None:
     # max_steps=2 over 4 turns: episodes were cut by the time limit and bootstrap from their final prompts
     assert (storage.bad_masks == 0).any() and storage.final_prompts
     assert metrics["charts/episodes"] >= 3 and metrics["env/prompt_cuts"] == 0
+
+
+def test_a_crafter_rollout_unbatches_nested_infos(model_path: Path) -> None:
+    """Crafter's infos hold dicts (inventory, achievements), which Gymnasium batches as dicts of arrays."""
+    models = load_models(str(model_path), with_reference=False)
+    envs = verlog.make_vec(
+        "verlog/Crafter-v0", 2, memory="history", memory_kwargs=MEMORY, seed=0, max_steps=2
+    )
+    sampler = TransformersSampler(models.actor, models.tokenizer, max_new_tokens=3)
+    rollout = Rollout(
+        envs, sampler, PromptBuilder(models.tokenizer, "action", 8192), env_id="verlog/Crafter-v0"
+    )
+    storage = TurnStorage(3, 2, 3, models.tokenizer.pad_token_id)
+    storage.reset_first(rollout.first_prompts(*envs.reset()))
+    metrics = rollout.collect(storage)
+    envs.close()
+    assert metrics["charts/episodes"] == 2  # max_steps=2 over 3 turns: each env finished one episode
+    assert storage.final_prompts and (storage.bad_masks == 0).any()

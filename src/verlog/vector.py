@@ -30,7 +30,7 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
 from verlog.memory import MEMORIES, wrap_memory
 
-__all__ = ["EnvFactory", "SubEnvError", "TextAsyncVectorEnv", "TextSyncVectorEnv", "make_vec"]
+__all__ = ["EnvFactory", "SubEnvError", "TextAsyncVectorEnv", "TextSyncVectorEnv", "make_vec", "sub_env_info"]
 
 #: Keyword arguments :func:`gymnasium.make` itself takes (they are not the env's own).
 _MAKE_KWARGS = frozenset({"max_episode_steps", "disable_env_checker"})
@@ -259,3 +259,20 @@ def _keyword_names(creator: Any) -> set[str] | None:
         if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
             return names - {"self"}
     return None
+
+
+def sub_env_info(infos: Mapping[str, Any], n: int) -> dict[str, Any]:
+    """Sub-env ``n``'s info dict out of a vector env's batched infos (keys it did not set are left out).
+
+    Gymnasium batches a dict-valued info (Crafter's ``inventory``, ``achievements``) as a dict of arrays, so
+    it is unbatched the same way, recursively. ``final_obs`` / ``final_info`` are left to the caller.
+    """
+    out: dict[str, Any] = {}
+    for key, value in infos.items():
+        if key.startswith("_") or key in ("final_obs", "final_info"):
+            continue
+        mask = infos.get(f"_{key}")
+        if mask is not None and not mask[n]:
+            continue
+        out[key] = sub_env_info(value, n) if isinstance(value, Mapping) else value[n]
+    return out

@@ -23,18 +23,9 @@ from verlog.ppo.prompts import PromptBuilder
 from verlog.ppo.sampling import Sampler
 from verlog.ppo.storage import TurnStorage, pack_by_tokens
 from verlog.samples import family_of
+from verlog.vector import sub_env_info
 
-__all__ = ["Rollout", "env_info", "score", "state_values"]
-
-
-def env_info(infos: dict[str, Any], n: int) -> dict[str, Any]:
-    """Env ``n``'s info dict out of a vector env's batched infos (keys it did not set are left out)."""
-    skip = {"final_obs", "final_info"}
-    return {
-        key: value[n]
-        for key, value in infos.items()
-        if not key.startswith("_") and key not in skip and infos.get(f"_{key}", (True,) * (n + 1))[n]
-    }
+__all__ = ["Rollout", "score", "state_values"]
 
 
 class Rollout:
@@ -61,7 +52,7 @@ class Rollout:
         self.episode_index = np.zeros(self.num_envs, dtype=np.int64)
 
     def first_prompts(self, observations: Sequence[str], infos: dict[str, Any]) -> list[list[int]]:
-        return [self.prompts.from_info(observations[n], env_info(infos, n)) for n in range(self.num_envs)]
+        return [self.prompts.from_info(observations[n], sub_env_info(infos, n)) for n in range(self.num_envs)]
 
     def collect(self, storage: TurnStorage, samples: list[dict[str, Any]] | None = None) -> dict[str, float]:
         """Run ``storage.num_turns`` turns from the prompts in slot 0; return the rollout metrics.
@@ -91,7 +82,7 @@ class Rollout:
             for n in range(self.num_envs):
                 done = bool(terminated[n] or truncated[n])
                 # The step's own info: after an autoreset, infos[n] already describes the next episode.
-                info = env_info(infos["final_info"], n) if done else env_info(infos, n)
+                info = sub_env_info(infos["final_info"], n) if done else sub_env_info(infos, n)
                 invalid += not bool(info["action_valid"])
                 family = family_of(self.env_id, info)
                 if samples is not None:
