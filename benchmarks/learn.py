@@ -3,10 +3,10 @@
     nox -s learn
     python benchmarks/learn.py [--config envs/learn.toml] [section.key=value ...]
 
-It trains the preset (``envs/learn.toml``: a tiny randomly initialised Qwen2 and a byte-level BPE tokenizer
-trained here on the env's own text, seeded) with the ordinary :class:`~verlog.ppo.trainer.Trainer`, then reads
-the run's ``metrics.jsonl``. The success rate of the first and of the last 10% of updates pools the episodes
-that ended in those updates (``env/success`` weighted by ``charts/episodes``); its standard error is BALROG's
+It trains the preset (``envs/learn.toml``: a tiny randomly initialised Qwen2 and a word-level tokenizer trained
+here on the env's own text, seeded; see :func:`build_word_tiny`) with the ordinary
+:class:`~verlog.ppo.trainer.Trainer`, then reads the run's ``metrics.jsonl``. The success rate of the first and
+of the last 10% of updates pools the episodes that ended in those updates (``env/success`` weighted by ``charts/episodes``); its standard error is BALROG's
 population std / sqrt(n), here sqrt(p (1 - p) / n). The script prints both, writes the curve to
 ``benchmarks/results/learn.png`` and the figures to ``benchmarks/results/learn.json``, and exits with status 1
 unless the last window beats the first by at least three standard errors of their difference
@@ -220,7 +220,7 @@ def build_word_tiny(config: Any, *, hidden_size: int = 64, num_layers: int = 2, 
 
 
 def machine() -> dict[str, Any]:
-    """The machine, with torch's version (the training runs in a subprocess)."""
+    """The machine, with torch's version (imported here, so the record names it)."""
     import torch  # noqa: F401  (loaded, so the machine record names its version)
 
     return output.machine()
@@ -243,7 +243,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="afterwards, play N seeded episodes with the initial and the trained model (0: skip)",
     )
     parser.add_argument("overrides", nargs="*", metavar="section.key=value", help="config overrides")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)
 
     from rich.console import Console
 
@@ -315,7 +315,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     report = {
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "machine": machine(),
+        "machine": {**machine(), "torch_threads": config.run.torch_threads or machine().get("torch_threads")},
         "config_file": str(args.config) if args.run is None else str(run_dir / "config.toml"),
         "config": config.to_dict(),
         "run_dir": str(run_dir),

@@ -178,7 +178,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder for rollout.json and rollout.png")
     parser.add_argument("overrides", nargs="*", metavar="section.key=value", help="config overrides")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)
     try:
         config = load_config(args.config, args.overrides)
         config.derive()

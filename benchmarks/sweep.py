@@ -282,8 +282,10 @@ def write_tables(
 ) -> list[dict]:
     rows = aggregate(runs, last)
     note = (
-        f"Final metrics = means over the last {last:.0%} of each run's updates (episode metrics weighted by "
-        f"episodes); mean ± sample std over seeds. {meta['config']}, {meta['date']}."
+        f"Final metrics = means over the last {last:.0%} of each run's updates; episode metrics (success, "
+        f"return, progression, length) pool the episodes that ended in those updates, so short successful "
+        f"episodes count more often than on a fixed set of seeded episodes (`verlog eval` measures that). "
+        f"Mean ± sample std over seeds. {meta['config']}, {meta['date']}."
     )
     out.mkdir(parents=True, exist_ok=True)
     (out / "sweep.md").write_text(markdown(rows, keys, note))
@@ -326,7 +328,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--table-only", action="store_true", help="only rebuild the table from the run folders"
     )
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)
     if args.seeds < 1 or args.jobs < 1 or not 0 < args.last <= 1:
         parser.error("--seeds and --jobs must be >= 1 and --last in (0, 1]")
     try:
@@ -351,7 +353,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     seeds = range(args.first_seed, args.first_seed + args.seeds)
     runs = [Run(setting, seed, f"{setting.slug}-s{seed}") for setting in grid for seed in seeds]
-    console = Console()
+    console = Console() if sys.stdout.isatty() else Console(width=150)
     console.print(f"{len(grid)} setting(s) x {args.seeds} seed(s) = {len(runs)} runs -> {out}")
     if args.dry_run:
         for run in runs:

@@ -159,7 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder for update.json")
     parser.add_argument("overrides", nargs="*", metavar="section.key=value", help="overrides of both cases")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)
     console = Console() if sys.stdout.isatty() else Console(width=150)
     scratch = Path(tempfile.mkdtemp(prefix="bench-update-"))
     cases: dict[str, Any] = {}
@@ -220,9 +220,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "collect s",
     ):
         table.add_column(column, justify="left" if column == "case" else "right")
+    skipped = {name: r["skipped"] for name, r in cases.items() if "skipped" in r}
     for name, r in cases.items():
-        if "skipped" in r:
-            table.add_row(name, "-", "-", f"skipped: {r['skipped']}", "", "", "", "")
+        if name in skipped:
+            table.add_row(name, "-", "-", "skipped", "-", "-", "-", "-")
             continue
         table.add_row(
             name,
@@ -235,6 +236,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{r['collect_s_per_batch']:.2f}",
         )
     console.print(table)
+    for name, reason in skipped.items():
+        console.print(f"{name}: skipped, {reason}")
     console.print(
         "tokens = epochs x (prompt + response) tokens of the batch; seconds per batch of T x N turns."
     )

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 from pathlib import Path
 
 import gymnasium as gym
@@ -17,6 +16,7 @@ from verlog.evaluation.command import add_eval_command, run_eval
 from verlog.evaluation.runner import EpisodeLog
 from verlog.evaluation.scoring import overall
 from verlog.evaluation.suites import episode_seed, game_of, resolve_suite, short_name
+from verlog.vector import sub_env_info
 
 GOTO, PICKUP = "verlog/BabyAI-GoTo-v0", "verlog/BabyAI-Pickup-v0"
 SHORT = {"max_episode_steps": 12}  # short episodes keep the end-to-end tests fast
@@ -143,6 +143,22 @@ def _records_of(lines: list[bytes]) -> list[dict]:
     return [json.loads(line) for line in lines]
 
 
+def test_sub_env_info_unbatches_nested_dicts_and_skips_unset_keys() -> None:
+    import numpy as np
+
+    infos = {
+        "progression": np.array([0.0, 0.5]),
+        "_progression": np.array([True, True]),
+        "achievements": {"wood": np.array([0, 3]), "_wood": np.array([True, True])},
+        "_achievements": np.array([True, True]),
+        "won": np.array([False, True]),
+        "_won": np.array([False, True]),
+        "final_info": {"x": np.array([1, 2])},
+    }
+    assert sub_env_info(infos, 1) == {"progression": 0.5, "achievements": {"wood": 3}, "won": True}
+    assert sub_env_info(infos, 0) == {"progression": 0.0, "achievements": {"wood": 0}}
+
+
 def test_episode_log_skips_bad_lines_and_repairs_a_cut_tail(tmp_path: Path) -> None:
     path = tmp_path / "episodes.jsonl"
     good = {"task": GOTO, "seed": 1, "episode": 0}
@@ -201,7 +217,8 @@ def test_a_tiny_model_from_a_run_checkpoint(tmp_path: Path) -> None:
     actor = run / "checkpoints" / "000002" / "actor"
     build_tiny(actor, GOTO, memory="none")
     (run / "config.toml").write_text(
-        '[env]\nmemory = "none"\nmemory_kwargs = {}\n'
+        f'[env]\nid = "{GOTO}"\nmemory = "none"\nmemory_kwargs = {{}}\n'
+        "kwargs = { invalid_action_penalty = -0.1, invalid_action_feedback = false }\n"
         '[prompt]\nformat = "action"\nmax_prompt_tokens = 1024\nmax_response_tokens = 3\n'
     )
     source = resolve_model(str(run))
@@ -214,12 +231,15 @@ def test_a_tiny_model_from_a_run_checkpoint(tmp_path: Path) -> None:
     agent = summary["agent"]
     assert agent["model"] == str(actor) and agent["greedy"] and agent["max_response_tokens"] == 3
     assert summary["memory"] == "none" and 1 <= summary["mean_response_tokens_now"] <= 3
+    # scored on its training env with other settings than in training: said (the penalty does not count)
+    assert len(summary["notes"]) == 1 and "invalid_action_feedback = false" in summary["notes"][0]
     # greedy decoding of a fixed model on seeded episodes: a second run plays the same episodes
     evaluate(
         str(run), GOTO, out=tmp_path / "again", episodes=2, num_envs=1, env_kwargs={"max_episode_steps": 4}
     )
     assert _by_episode(_records(tmp_path / "again")) == _by_episode(records)
-    shutil.rmtree(run / "checkpoints" / "000002" / "actor")
+    matched = {"max_episode_steps": 2, "invalid_action_feedback": False}
+    assert "notes" not in evaluate(str(run), GOTO, out=tmp_path / "matched", episodes=1, env_kwargs=matched)
 
 
 # ---------------------------------------------------------------------------------------------- oracle

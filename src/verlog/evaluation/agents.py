@@ -97,8 +97,9 @@ class RandomAgent:
 
 class OracleAgent:
     """BabaIsAI's solver: plays a shortest winning plan from the episode's start, and plans again from the
-    current state whenever the plan runs out or names an action the env does not list. When no win exists
-    within the remaining steps it plays the game's default action (the episode then scores what it scores).
+    current state whenever the plan runs out or names an action the env does not list. When the search finds
+    no win within the remaining steps (or its state budget) it plays the game's default action for the rest
+    of the episode, which then scores what it scores, and the episode is listed in :attr:`unsolved`.
     """
 
     name = "oracle"
@@ -127,8 +128,8 @@ class OracleAgent:
         out = []
         for turn in turns:
             plan = self._plans[turn.key]
-            valid = list(turn.info["valid_actions"])
-            if not plan or plan[0] not in valid:
+            stale = not plan or plan[0] not in turn.info["valid_actions"]
+            if stale and turn.key not in self.unsolved:  # a search that failed is not run again each turn
                 found = self._solve(self._envs[turn.key], max_states=self.max_states)
                 plan[:] = found or []
                 if found is None:

@@ -82,7 +82,11 @@ def evaluate(
         raise EvalError(f"episodes must be at least 1, got {n}")
     if vectorization_mode not in ("sync", "async"):
         raise EvalError(f"vectorization mode must be 'sync' or 'async', got {vectorization_mode!r}")
-    folder = Path(out) if out is not None else default_out(agent, the_suite.name, seed)
+    folder = (
+        Path(out)
+        if out is not None
+        else default_out(agent, the_suite.name, seed, sample and agent not in BASELINES)
+    )
     started = time.perf_counter()
 
     player, learner = _make_agent(agent, the_suite.tasks, config, overrides, sample, device, seed)
@@ -95,6 +99,7 @@ def evaluate(
     )
     if player.needs_env and vectorization_mode != "sync":
         raise EvalError(f"the {player.name} agent reads the game state: use sync vector envs")
+    notes = _kwargs_notes(agent, learner, the_suite.tasks, env.env_kwargs)
     settings = {
         "agent": player.identity(),
         "seed": seed,
@@ -142,6 +147,8 @@ def evaluate(
         "elapsed_s": time.perf_counter() - started,
         **summarize(ordered, the_suite.tasks, {task: game_of(task) for task in the_suite.tasks}),
     }
+    if notes:
+        summary["notes"] = notes
     if isinstance(player, OracleAgent):
         summary["oracle_unsolved_now"] = sorted(player.unsolved)
     if isinstance(player, ModelAgent) and player.turns:
@@ -151,13 +158,29 @@ def evaluate(
     return summary
 
 
-def default_out(agent: str, suite: str, seed: int) -> Path:
-    """``runs/eval/<agent>-<suite>-s<seed>``, the agent and suite as file-name-safe slugs."""
+def _kwargs_notes(agent: str, learner: Any, tasks: Sequence[str], env_kwargs: dict[str, Any]) -> list[str]:
+    """A note when a model is scored on the env it was trained on, with other env settings than in training
+    (an invalid-action penalty only changes the return, so it is not counted): its observations differ."""
+    if agent in BASELINES or learner.env.id not in tasks:
+        return []
+    trained = {k: v for k, v in learner.env.kwargs.items() if k != "invalid_action_penalty"}
+    differ = {k: v for k, v in trained.items() if env_kwargs.get(k) != v}
+    if not differ:
+        return []
+    table = ", ".join(f"{k} = {json.dumps(v)}" for k, v in differ.items())
+    return [
+        f"the model was trained on {learner.env.id} with {table}; this evaluation uses the env's defaults "
+        f"there (add them to --env-kwargs to score it on what it was trained on)"
+    ]
+
+
+def default_out(agent: str, suite: str, seed: int, sample: bool = False) -> Path:
+    """``runs/eval/<agent>-<suite>-s<seed>[-sampled]``, the agent and suite as file-name-safe slugs."""
     path = Path(agent.rstrip("/"))
     name = agent if agent in BASELINES else path.name or "model"
     if "checkpoints" in path.parts:  # runs/NAME/checkpoints/000100[/actor] -> NAME-000100
         name = "-".join([p for p in path.parts if p not in ("checkpoints", "actor")][-2:])
-    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", f"{name}-{suite}-s{seed}")
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", f"{name}-{suite}-s{seed}" + ("-sampled" if sample else ""))
     return Path("runs") / "eval" / slug
 
 
@@ -213,15 +236,28 @@ def _check_resume(folder: Path, settings: dict[str, Any], log: EpisodeLog) -> li
         if log.path.is_file() and log.path.stat().st_size:
             raise EvalError(f"{log.path} exists without {SETTINGS_FILE}: use another --out")
         return []
-    previous = json.loads(path.read_text())
-    current = json.loads(json.dumps(settings))  # the same JSON types as the file holds
+    previous = _flat(json.loads(path.read_text()))
+    current = _flat(json.loads(json.dumps(settings)))  # the same JSON types as the file holds
     differ = sorted(key for key in set(previous) | set(current) if previous.get(key) != current.get(key))
     if differ:
-        detail = "; ".join(f"{k}: {previous.get(k)!r} there, {current.get(k)!r} now" for k in differ)
+        detail = "; ".join(
+            f"{k}: {previous.get(k, '-')!r} there, {current.get(k, '-')!r} now" for k in differ
+        )
         raise EvalError(
             f"{folder} holds an evaluation with other settings ({detail}); use another --out to keep both"
         )
     return log.read()
+
+
+def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested settings as ``a.b`` keys, so a mismatch names the one setting that differs."""
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):  # an empty table adds no key: {} vs {"a": 1} differs in "a" alone
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[prefix + key] = value
+    return out
 
 
 class _progress:
@@ -275,7 +311,7 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--vectorization", choices=("sync", "async"), default="sync", help="vector env kind")
     parser.add_argument(
-        "--out", type=Path, default=None, help="output folder (default runs/eval/AGENT-SUITE-sSEED)"
+        "--out", type=Path, default=None, help="output folder (default runs/eval/AGENT-SUITE-sSEED[-sampled])"
     )
     parser.add_argument("--config", type=Path, default=None, help="learner preset for memory and prompts")
     parser.add_argument(
@@ -351,6 +387,8 @@ def run_eval(args: argparse.Namespace) -> int:
         from rich.console import Console
 
         Console().print(output.console_table(summary))
+    for note in summary.get("notes", []):
+        print(f"verlog eval: note: {note}", file=sys.stderr)
     total = summary["overall"]
     print(
         f"overall {total['score']:.1f} ± {total['score_se']:.1f} over {total['games']} game(s); "

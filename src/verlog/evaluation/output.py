@@ -62,6 +62,10 @@ def _num(value: float | None, digits: int = 1) -> str:
     return "-" if value is None or not math.isfinite(value) else f"{value:.{digits}f}"
 
 
+def _tasks(n: int) -> str:
+    return "1 task" if n == 1 else f"all {n} tasks"
+
+
 def markdown(summary: dict[str, Any]) -> str:
     """The summary as markdown: one row per task, then one per game and the overall score."""
     header = (
@@ -77,7 +81,7 @@ def markdown(summary: dict[str, Any]) -> str:
         )
     for game, s in summary["games"].items():
         rows.append(
-            f"| **{game}** (all {s['tasks']} tasks) | | {s['episodes']} | **{_pm(s['score'], s['score_se'])}** "
+            f"| **{game}** ({_tasks(s['tasks'])}) | | {s['episodes']} | **{_pm(s['score'], s['score_se'])}** "
             f"| {_pm(s['success_rate'], s['success_se'])} | {_pm(s['mean_length'], s['length_se'])} "
             f"| {_num(s['invalid_action_rate'])} |"
         )
@@ -181,7 +185,7 @@ def console_table(summary: dict[str, Any]) -> Any:
             )
     for game, s in summary["games"].items():
         table.add_row(
-            f"[bold]{game}[/bold] ({s['tasks']} tasks)",
+            f"[bold]{game}[/bold] ({_tasks(s['tasks'])})",
             str(s["episodes"]),
             f"[bold]{_pm(s['score'], s['score_se'])}[/bold]",
             _pm(s["success_rate"], s["success_se"]),

@@ -25,8 +25,9 @@ import numpy as np
 from verlog.evaluation.agents import Agent, EvalError, Turn
 from verlog.evaluation.suites import episode_seed, game_of, short_name
 from verlog.samples import family_of
+from verlog.vector import sub_env_info
 
-__all__ = ["EnvSettings", "EpisodeLog", "play", "slot_info"]
+__all__ = ["EnvSettings", "EpisodeLog", "play"]
 
 #: The response a slot with no episode left is stepped with (any text is fine: nobody reads the result).
 _FILLER = ""
@@ -41,17 +42,6 @@ class EnvSettings:
     memory: str = "none"
     memory_kwargs: dict[str, Any] = field(default_factory=dict)
     env_kwargs: dict[str, Any] = field(default_factory=dict)
-
-
-def slot_info(infos: Mapping[str, Any], n: int) -> dict[str, Any]:
-    """Sub-env ``n``'s info out of a vector env's batched infos (keys it did not set are left out)."""
-    return {
-        key: value[n]
-        for key, value in infos.items()
-        if not key.startswith("_")
-        and key not in ("final_obs", "final_info")
-        and infos.get(f"_{key}", (True,) * (n + 1))[n]
-    }
 
 
 class EpisodeLog:
@@ -159,7 +149,7 @@ class _TaskEnvs:
                 continue
             if on_turn is not None:
                 done = bool(terminated[n] or truncated[n])
-                info = slot_info(infos["final_info"] if done else infos, n)
+                info = sub_env_info(infos["final_info"] if done else infos, n)
                 on_turn(
                     dict(
                         env_id=self.task,
@@ -178,12 +168,12 @@ class _TaskEnvs:
             slot.episode_return += float(rewards[n])
             slot.length += 1
             if terminated[n] or truncated[n]:
-                records.append(self._record(slot, slot_info(infos["final_info"], n), terminated[n]))
+                records.append(self._record(slot, sub_env_info(infos["final_info"], n), terminated[n]))
                 self.agent.finish(slot.key)
                 slot.key = None
                 ended.append(n)
             else:
-                slot.observation, slot.info = observations[n], slot_info(infos, n)
+                slot.observation, slot.info = observations[n], sub_env_info(infos, n)
         if ended and self.pending:
             self._begin(ended)
         return records
@@ -207,7 +197,7 @@ class _TaskEnvs:
         sub_envs = getattr(self.envs, "envs", None)
         for n in chosen:
             slot = self.slots[n]
-            slot.observation, slot.info = observations[n], slot_info(infos, n)
+            slot.observation, slot.info = observations[n], sub_env_info(infos, n)
             env = sub_envs[n] if self.agent.needs_env and sub_envs is not None else None
             self.agent.start(slot.key, slot.seed, env)
 
