@@ -5,7 +5,7 @@ as in training (``envs/tiny.toml``: the tiny model, BabyAI GoTo, history memory)
 turn into generation (``time/generate``), env stepping (``time/env``) and the rest (``time/prompt``); the two
 learner pieces it calls are timed from outside, by subclassing them, to split that rest further:
 
-* prompt building: :meth:`PromptBuilder.from_info` (chat template + tokenizer) for the next prompts;
+* prompt building: :meth:`PromptBuilder.build_many` (chat template + tokenizer) for the next prompts;
 * storage: :meth:`TurnStorage.insert`;
 * bookkeeping: what remains (episode statistics, rewards, info unbatching).
 
@@ -47,14 +47,14 @@ PARTS = ("generate", "env", "prompt", "storage", "bookkeeping")
 
 
 class TimedPromptBuilder(PromptBuilder):
-    """The learner's prompt builder, with the time spent in :meth:`from_info` added up."""
+    """The learner's prompt builder, with the time spent in :meth:`build_many` added up."""
 
     seconds = 0.0
 
-    def from_info(self, observation: str, info: dict[str, Any]) -> list[int]:
+    def build_many(self, items: Sequence[tuple[str, str, str | None]]) -> list[list[int]]:
         start = time.perf_counter()
         try:
-            return super().from_info(observation, info)
+            return super().build_many(items)
         finally:
             self.seconds += time.perf_counter() - start
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -43,6 +44,47 @@ def test_prompt_uses_the_chat_template_and_falls_back_to_the_raw_observation(mod
     assert len(ids) <= 80 and builder.cuts == 1 and "Line: .@.T" in tok.decode(ids)
     with pytest.raises(PromptTooLong, match="over prompt.max_prompt_tokens = 80"):
         builder("Walk.", long_memory, raw_observation=long_memory + "!")
+
+
+def whole_text_ids(builder: PromptBuilder, instruction: str, observation: str) -> list[int]:
+    tok = builder.tokenizer
+    text = tok.apply_chat_template(
+        builder.messages(instruction, observation), tokenize=False, add_generation_prompt=True
+    )
+    return tok(text, add_special_tokens=False)["input_ids"]
+
+
+@pytest.mark.parametrize(
+    "env_id", ["verlog/BabyAI-GoTo-v0", "verlog/Crafter-v0", "verlog/BabaIsAI-goto_win-v0"]
+)
+def test_piecewise_prompt_ids_equal_whole_text_ids(models, env_id: str) -> None:
+    """The cached pieces between added tokens give exactly the ids of tokenizing the whole prompt."""
+    import gymnasium as gym
+
+    from verlog.memory import History
+
+    builder = PromptBuilder(models.tokenizer, "tags", max_prompt_tokens=100_000)
+    assert builder.tokenize.added is not None and builder.tokenize.line_starts  # a Qwen2-style tokenizer
+    env = History(gym.make(env_id), turns=2, reasoning=True)
+    observation, info = env.reset(seed=3)
+    for action in ["go forward", "<think>hm</think><action>turn left</action>", "garbage ünï", "move up"] * 3:
+        assert builder.from_info(observation, info) == whole_text_ids(
+            builder, info["instruction"], observation
+        )
+        observation, _, terminated, truncated, info = env.step(action)
+        if terminated or truncated:
+            observation, info = env.reset()
+    assert builder.tokenize.piecewise  # no fallback to whole-text tokenization was needed
+    assert "Current Observation:\n" in builder.tokenize.cache  # a line that comes back every turn
+
+
+def test_a_tokenizer_that_splits_differently_falls_back_to_whole_text(models) -> None:
+    builder = PromptBuilder(models.tokenizer, "action", max_prompt_tokens=1000)
+    builder.tokenize.added = re.compile("(ar)")  # cuts inside words, where pieces tokenize differently
+    with pytest.warns(UserWarning, match="tokenized whole"):
+        ids = builder("Walk to the target T.", "Line: @..T far")
+    assert not builder.tokenize.piecewise
+    assert ids == whole_text_ids(builder, "Walk to the target T.", "Line: @..T far")
 
 
 def test_packed_forward_matches_unpadded_rows(models) -> None:

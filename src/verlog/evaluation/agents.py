@@ -269,7 +269,7 @@ class ModelAgent:
         del key, seed, env  # the model keeps nothing per episode: the memory wrapper holds the history
 
     def act(self, turns: Sequence[Turn]) -> list[str]:
-        prompts = [self.prompts.from_info(turn.observation, turn.info) for turn in turns]
+        prompts = self.prompts.from_infos([turn.observation for turn in turns], [turn.info for turn in turns])
         samples = self.sampler.generate(prompts, greedy=self.settings.greedy)
         self.generated_tokens += sum(len(ids) for ids in samples.token_ids)
         self.turns += len(turns)

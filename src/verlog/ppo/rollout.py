@@ -52,7 +52,7 @@ class Rollout:
         self.episode_index = np.zeros(self.num_envs, dtype=np.int64)
 
     def first_prompts(self, observations: Sequence[str], infos: dict[str, Any]) -> list[list[int]]:
-        return [self.prompts.from_info(observations[n], sub_env_info(infos, n)) for n in range(self.num_envs)]
+        return self.prompts.from_infos(observations, [sub_env_info(infos, n) for n in range(self.num_envs)])
 
     def collect(self, storage: TurnStorage, samples: list[dict[str, Any]] | None = None) -> dict[str, float]:
         """Run ``storage.num_turns`` turns from the prompts in slot 0; return the rollout metrics.
