@@ -17,6 +17,7 @@ from toy_env import TOY_ID, LineEnv
 import verlog
 from verlog.ppo.checkpoint import latest_checkpoint, save_checkpoint
 from verlog.ppo.config import load_config
+from verlog.ppo.distributed import merge_process_metrics
 from verlog.ppo.policy import load_models
 from verlog.ppo.prompts import PromptBuilder
 from verlog.ppo.rollout import Rollout
@@ -215,3 +216,25 @@ def test_a_crafter_rollout_unbatches_nested_infos(model_path: Path) -> None:
     envs.close()
     assert metrics["charts/episodes"] == 2  # max_steps=2 over 3 turns: each env finished one episode
     assert storage.final_prompts and (storage.bad_masks == 0).any()
+
+
+def test_metrics_from_several_processes_weigh_episodes_by_count() -> None:
+    """Process 0 ended 3 episodes, all won; process 1 ended 1, lost: the success rate is 3/4, not 1/2."""
+    parts = [
+        (
+            {
+                "env/success": 1.0,
+                "env/BabyAI-GoTo/success": 1.0,
+                "charts/episodes": 3.0,
+                "losses/value_loss": 0.2,
+            },
+            {"env/success": 3, "env/BabyAI-GoTo/success": 3},
+        ),
+        ({"env/success": 0.0, "charts/episodes": 1.0, "losses/value_loss": 0.4}, {"env/success": 1}),
+        ({"charts/episodes": 0.0, "losses/value_loss": 0.6}, {}),  # ended no episode: reports no success
+    ]
+    merged = merge_process_metrics(parts)
+    assert merged["env/success"] == pytest.approx(0.75)
+    assert merged["env/BabyAI-GoTo/success"] == pytest.approx(1.0)  # only process 0 played that task
+    assert merged["charts/episodes"] == 4.0  # counts add up
+    assert merged["losses/value_loss"] == pytest.approx(0.4)  # per-process figures are averaged

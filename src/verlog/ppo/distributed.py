@@ -26,7 +26,34 @@ import torch
 
 from verlog.ppo.config import PPOConfig
 
-__all__ = ["Distributed", "deepspeed_requested", "init_processes", "setup"]
+__all__ = ["SUMMED", "Distributed", "deepspeed_requested", "init_processes", "merge_process_metrics", "setup"]
+
+#: Metrics that are totals over processes rather than means.
+SUMMED = frozenset({"charts/episodes", "charts/generated_tokens", "charts/tokens_per_s", "env/prompt_cuts"})
+
+
+def merge_process_metrics(parts: Sequence[tuple[dict[str, float], dict[str, int]]]) -> dict[str, float]:
+    """One metrics dict from each process's (metrics, episode counts).
+
+    Counts and each process's own rates add up (:data:`SUMMED`). A per-episode mean (success, return, ...)
+    is weighted by the episodes each process ended, so a process that ended one episode does not weigh as
+    much as one that ended ten. Everything else (per-turn means, times, losses) is averaged over the
+    processes that reported it.
+    """
+    values: dict[str, list[float]] = {}
+    weights: dict[str, list[int]] = {}
+    for metrics, counts in parts:
+        for key, value in metrics.items():
+            values.setdefault(key, []).append(value)
+            weights.setdefault(key, []).append(counts.get(key, 1))
+    merged = {}
+    for key, vs in values.items():
+        if key in SUMMED:
+            merged[key] = sum(vs)
+        else:
+            ws = weights[key]
+            merged[key] = sum(v * w for v, w in zip(vs, ws, strict=True)) / sum(ws)
+    return merged
 
 
 def deepspeed_requested() -> bool:

@@ -50,6 +50,7 @@ class Rollout:
         self.episode_length = np.zeros(self.num_envs, dtype=np.int64)
         #: Episodes each env has finished so far: with the length, the (episode, turn) of a sampled turn.
         self.episode_index = np.zeros(self.num_envs, dtype=np.int64)
+        self.episode_counts: dict[str, int] = {}  # of the last collect, per per-episode metric
 
     def first_prompts(self, observations: Sequence[str], infos: dict[str, Any]) -> list[list[int]]:
         return self.prompts.from_infos(observations, [sub_env_info(infos, n) for n in range(self.num_envs)])
@@ -135,7 +136,8 @@ class Rollout:
 
         turns = storage.num_turns * self.num_envs
         metrics = dict(clock)
-        metrics.update({key: float(np.mean(values)) for key, values in episodes.items()})
+        metrics.update({key: float(np.mean(values)) for key, values in episodes.items() if values})
+        self.episode_counts = {key: len(values) for key, values in episodes.items() if values}
         metrics["charts/episodes"] = float(len(episodes["env/progression"]))
         metrics["charts/response_tokens"] = tokens / turns
         metrics["charts/generated_tokens"] = float(tokens)

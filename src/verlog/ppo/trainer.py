@@ -22,7 +22,7 @@ import torch
 
 from verlog.ppo.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from verlog.ppo.config import Config
-from verlog.ppo.distributed import init_processes, setup
+from verlog.ppo.distributed import init_processes, merge_process_metrics, setup
 from verlog.ppo.logger import RunLogger
 from verlog.ppo.policy import (
     AdapterDisabled,
@@ -43,9 +43,6 @@ from verlog.ppo.update import ppo_update
 from verlog.samples import SampleWriter, TurnSample, pick_turns
 
 __all__ = ["Trainer", "new_run_dir"]
-
-#: Metrics that are totals over processes rather than means.
-SUMMED = frozenset({"charts/episodes", "charts/generated_tokens", "charts/tokens_per_s", "env/prompt_cuts"})
 
 
 def new_run_dir(output_dir: str | Path, name: str) -> Path:
@@ -271,7 +268,7 @@ class Trainer:
         metrics["charts/turns_per_s"] = self.derived.global_batch_turns / elapsed
         metrics["charts/tokens_per_s"] = metrics["charts/generated_tokens"] / elapsed
         metrics["charts/temperature"] = cfg.sampling.temperature
-        return self._mean_over_processes(metrics)
+        return self._mean_over_processes(metrics, self.rollout.episode_counts)
 
     def warmup_critic(self) -> None:
         """Critic pre-training: collect W batches once, then S iterations of (re-score values, targets, fit)."""
@@ -303,7 +300,8 @@ class Trainer:
             clock = time.perf_counter()
             metrics.update(self._ppo(storage, train_actor=False, limit=self.derived.warmup_sample_turns))
             metrics.update({"time/update": time.perf_counter() - clock, "warmup/iteration": float(iteration)})
-            self.logger.log(self._mean_over_processes(metrics), step=self.global_step, advance=False)
+            counts = self.rollout.episode_counts if iteration == 1 else {}
+            self.logger.log(self._mean_over_processes(metrics, counts), step=self.global_step, advance=False)
         storage.after_update()
         self.storage.load_state_dict(storage.state_dict())
         self.warmed_up = True
@@ -380,19 +378,15 @@ class Trainer:
             return tensor
         return self.accelerator.reduce(tensor.to(self.accelerator.device), reduction="sum").cpu()
 
-    def _mean_over_processes(self, metrics: dict[str, float]) -> dict[str, float]:
+    def _mean_over_processes(
+        self, metrics: dict[str, float], episode_counts: dict[str, int]
+    ) -> dict[str, float]:
         metrics = {**metrics, "update": float(self.update), "global_step": float(self.global_step)}
         if self.accelerator.num_processes == 1:
             return metrics
         from accelerate.utils import gather_object
 
-        merged: dict[str, list[float]] = {}
-        for part in gather_object([metrics]):
-            for key, value in part.items():
-                merged.setdefault(key, []).append(value)
-        # Counts and this process's rates add up; everything else (per-turn and per-episode means, times,
-        # losses) is averaged over the processes that reported it.
-        return {key: sum(v) if key in SUMMED else sum(v) / len(v) for key, v in merged.items()}
+        return merge_process_metrics(gather_object([(metrics, episode_counts)]))
 
     # ------------------------------------------------------------------ checkpoints
     def save(self) -> Path:
