@@ -3,8 +3,8 @@
     nox -s learn
     python benchmarks/learn.py [--config envs/learn.toml] [section.key=value ...]
 
-It trains the preset (``envs/learn.toml``: a tiny randomly initialised Qwen2 and a word-level tokenizer trained
-here on the env's own text, seeded; see :func:`build_word_tiny`) with the ordinary
+It trains the preset (``envs/learn.toml``: a tiny randomly initialised Qwen3 and a word-level tokenizer trained
+on the env's own text, seeded; see :func:`verlog.ppo.tiny.word_tokenizer`) with the ordinary
 :class:`~verlog.ppo.trainer.Trainer`, then reads the run's ``metrics.jsonl``. The success rate of the first and
 of the last 10% of updates pools the episodes that ended in those updates (``env/success`` weighted by ``charts/episodes``); its standard error is BALROG's
 population std / sqrt(n), here sqrt(p (1 - p) / n). The script prints both, writes the curve to
@@ -19,7 +19,6 @@ import argparse
 import datetime as dt
 import json
 import math
-import os
 import sys
 import time
 from collections.abc import Sequence
@@ -149,76 +148,6 @@ def evaluate_both(config: Any, run_dir: Path, episodes: int) -> dict[str, dict[s
     return figures
 
 
-def build_word_tiny(config: Any, *, hidden_size: int = 64, num_layers: int = 2, num_heads: int = 4) -> Path:
-    """The demo's model: :func:`verlog.ppo.tiny.build_tiny`'s random two-layer Qwen2 and chat template, with a
-    word-level tokenizer trained on the same env text instead of its byte-level BPE.
-
-    Why: a random model answers with a uniformly drawn token, and with one token per answer the policy is a
-    distribution over the vocabulary. The byte-level BPE holds 512 tokens, 256 of them raw bytes, of which
-    only 3 name a move (`` left``, `` right``, `` forward``); the word vocabulary holds ~140, every word of
-    the game, so a move is 4 times as likely at the start and a prompt is shorter.
-    """
-    import collections
-    import shutil
-    import tempfile
-
-    import torch
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
-
-    from verlog.ppo.tiny import CHAT_TEMPLATE, SPECIAL_TOKENS, env_text
-
-    path = Path(config.model.path)
-    env = config.env
-    texts = [
-        *env_text(env.id, env.kwargs, memory=env.memory, memory_kwargs=env.memory_kwargs),
-        "system user assistant",
-    ]
-    split = pre_tokenizers.Whitespace()
-    counts = collections.Counter(word for text in texts for word, _ in split.pre_tokenize_str(text))
-    vocab = {token: i for i, token in enumerate([*SPECIAL_TOKENS, "[UNK]"])}
-    for word, _ in counts.most_common():  # ties keep first-seen order: the same vocabulary every time
-        vocab.setdefault(word, len(vocab))
-    words = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
-    words.pre_tokenizer = split
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=words,
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-        unk_token="[UNK]",
-        additional_special_tokens=["<|im_start|>"],
-    )
-    tokenizer.chat_template = CHAT_TEMPLATE
-    model_config = Qwen2Config(
-        vocab_size=len(tokenizer),
-        hidden_size=hidden_size,
-        intermediate_size=2 * hidden_size,
-        num_hidden_layers=num_layers,
-        num_attention_heads=num_heads,
-        num_key_value_heads=max(1, num_heads // 2),
-        max_position_embeddings=8192,
-        tie_word_embeddings=True,
-        bos_token_id=None,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    state = torch.random.get_rng_state()
-    torch.manual_seed(config.run.seed)
-    model = Qwen2ForCausalLM(model_config)
-    torch.random.set_rng_state(state)
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}-", dir=path.parent))
-    try:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        os.replace(tmp, path)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return path
-
-
 def machine() -> dict[str, Any]:
     """The machine, with torch's version (imported here, so the record names it)."""
     import torch  # noqa: F401  (loaded, so the machine record names its version)
@@ -261,7 +190,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         if not Path(config.model.path).exists():
             console.print(f"building the tiny model and its word-level tokenizer in {config.model.path}")
-            build_word_tiny(config)
         trainer = Trainer(config)
         run_dir = trainer.run_dir
         console.print(f"training {config.run.total_updates} updates into {run_dir}")

@@ -39,6 +39,7 @@ from verlog.ppo.prompts import PromptBuilder
 from verlog.ppo.rollout import Rollout
 from verlog.ppo.sampling import TransformersSampler
 from verlog.ppo.storage import TurnStorage
+from verlog.ppo.tiny import ensure_tiny
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -70,15 +71,6 @@ class TimedStorage(TurnStorage):
             super().insert(*args, **kwargs)
         finally:
             self.seconds += time.perf_counter() - start
-
-
-def ensure_model(config: Config) -> None:
-    """Build the preset's tiny model the way the trainer does, if it is not there yet."""
-    model, env = config.model, config.env
-    if model.build_tiny and not Path(model.path).exists():
-        from verlog.ppo.tiny import build_tiny
-
-        build_tiny(model.path, env.id, env.kwargs, memory=env.memory, memory_kwargs=env.memory_kwargs)
 
 
 def measure(config: Config, num_envs: int, updates: int, warmup: int, models: Any) -> dict[str, Any]:
@@ -188,7 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     torch.manual_seed(config.run.seed)
     console = Console() if sys.stdout.isatty() else Console(width=150)
-    ensure_model(config)
+    ensure_tiny(config)  # the preset's tiny model, built the way the trainer builds it
     models = load_models(config.model.path, dtype=config.model.dtype, with_reference=False)
     models.actor.eval()
 

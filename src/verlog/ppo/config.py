@@ -108,6 +108,8 @@ class ModelConfig:
     """Recompute activations in the backward pass (less memory, more time)."""
     build_tiny: bool = False
     """If ``path`` does not exist, build a tiny model and tokenizer there from the env's own text."""
+    tiny_tokenizer: Literal["bpe", "words"] = "bpe"
+    """The tiny model's tokenizer: byte-level BPE (any text), or one token per word of the game."""
     lora_r: int = 0
     """LoRA rank of the actor (0 = full fine-tuning); with LoRA the reference is the base, adapters off."""
     lora_alpha: float = 32.0

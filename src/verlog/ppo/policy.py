@@ -15,6 +15,7 @@ checkpoint's HF export and the vLLM weight push both go through it.
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -190,11 +191,34 @@ def load_tokenizer(path: str) -> Any:
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(path)
+    check_tokenizer_kind(path, tokenizer)
     if tokenizer.eos_token_id is None:
         raise ValueError(f"the tokenizer at {path} has no EOS token; generation could not stop")
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
+
+
+def check_tokenizer_kind(path: str, tokenizer: Any) -> None:
+    """Refuse a tokenizer that is not the one in the folder's ``tokenizer.json``.
+
+    For some model types (``qwen2``, ``phi3``, ...) transformers 5 ignores the saved tokenizer class and
+    rebuilds the tokenizer as that model's own class from the vocabulary; a word-level or unigram
+    ``tokenizer.json`` then silently becomes a byte-level BPE that drops or splits most of the text.
+    """
+    file = Path(path) / "tokenizer.json"
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None or not file.is_file():
+        return
+    saved = json.loads(file.read_text(encoding="utf-8")).get("model", {}).get("type")
+    loaded = type(backend.model).__name__
+    if saved is not None and saved != loaded:
+        raise ValueError(
+            f"AutoTokenizer loaded {path} as a {type(tokenizer).__name__} with a {loaded} model, but its "
+            f"tokenizer.json holds a {saved} model: transformers rebuilds the tokenizers of this model type "
+            "(see MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS in transformers.models.auto.tokenization_auto); "
+            "save the model under another architecture, or the tokenizer in that class's own format"
+        )
 
 
 def load_actor(

@@ -1,11 +1,11 @@
 """A tiny model and tokenizer built locally from an env's own text, so the learner runs on a CPU offline.
 
-The tokenizer is a byte-level BPE trained with the ``tokenizers`` library on instructions and observations
-from a few seeded episodes (random valid actions, seen through the same memory wrapper as in training),
-the action names and the answer-format words. It uses Qwen2's pre-tokenizer, so ``AutoTokenizer`` loads it
-back as a ``Qwen2Tokenizer`` that splits text exactly as during training. The model is a randomly
-initialised two-layer Qwen2 (fixed seed). Both are saved with ``save_pretrained``; the trainer then loads
-them through the ordinary ``from_pretrained(path)`` path. Nothing touches the network.
+The tokenizer is trained with the ``tokenizers`` library on instructions and observations from a few seeded
+episodes (random valid actions, seen through the same memory wrapper as in training), the action names and
+the answer-format words: a byte-level BPE (any text) or a word vocabulary (the learning demonstration's
+choice). The model is a randomly initialised two-layer Qwen2 (Qwen3 with the word vocabulary; fixed seed).
+Both are saved with ``save_pretrained``; the trainer then loads them through the ordinary
+``from_pretrained(path)`` path. Nothing touches the network.
 """
 
 from __future__ import annotations
@@ -21,7 +21,10 @@ import numpy as np
 
 from verlog.ppo.prompts import FORMAT_REQUESTS
 
-__all__ = ["CHAT_TEMPLATE", "build_tiny", "env_text"]
+__all__ = ["CHAT_TEMPLATE", "TINY_TOKENIZERS", "bpe_tokenizer", "build_tiny", "ensure_tiny", "env_text", "word_tokenizer"]
+
+#: The tokenizers :func:`build_tiny` can train.
+TINY_TOKENIZERS = ("bpe", "words")
 
 #: A Qwen-style chat template (system, user and assistant turns between <|im_start|> and <|im_end|>).
 CHAT_TEMPLATE = (
@@ -78,22 +81,62 @@ def build_tiny(
     *,
     memory: str | None = None,
     memory_kwargs: Mapping[str, Any] | None = None,
+    tokenizer: str = "bpe",
     vocab_size: int = 512,
     hidden_size: int = 64,
     num_layers: int = 2,
     num_heads: int = 4,
     seed: int = 0,
 ) -> Path:
-    """Build the tokenizer and model into ``path`` (written in a temporary folder, then moved in place)."""
+    """Build the tokenizer and model into ``path`` (written in a temporary folder, then moved in place).
+
+    ``tokenizer`` is ``"bpe"`` (byte-level, ``vocab_size`` tokens, any text) or ``"words"`` (one token per word
+    of the game, unknown words become ``[UNK]``; see :func:`word_tokenizer`).
+    """
     import torch
+
+    if tokenizer not in TINY_TOKENIZERS:
+        raise ValueError(f"tiny tokenizer must be one of {TINY_TOKENIZERS}, got {tokenizer!r}")
+    path = Path(path)
+    if tokenizer == "bpe":
+        texts = env_text(env_id, env_kwargs, memory=memory, memory_kwargs=memory_kwargs, seed=seed)
+        tok, architecture = bpe_tokenizer(list(texts), vocab_size), "qwen2"
+    else:
+        texts = env_text(env_id, env_kwargs, memory=memory, memory_kwargs=memory_kwargs, episodes=64, seed=seed)
+        tok, architecture = word_tokenizer(list(texts)), "qwen3"
+    config = _model_config(architecture, len(tok), tok, hidden_size, num_layers, num_heads)
+
+    from transformers import AutoModelForCausalLM
+
+    state = torch.random.get_rng_state()
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config)
+    torch.random.set_rng_state(state)
+    model.generation_config.eos_token_id = tok.eos_token_id
+    model.generation_config.pad_token_id = tok.pad_token_id
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}-", dir=path.parent))
+    tmp.chmod(0o755)  # mkdtemp makes it private; the model is an ordinary folder
+    try:
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        os.replace(tmp, path)  # atomic; fails if another process built it first, which is fine
+    except OSError:
+        if not (path / "config.json").exists():
+            raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return path
+
+
+def bpe_tokenizer(texts: list[str], vocab_size: int) -> Any:
+    """A byte-level BPE trained on ``texts``, with Qwen2's normaliser and pre-tokenizer: ``AutoTokenizer``
+    loads it back as a ``Qwen2Tokenizer`` (rebuilt from vocab and merges) that splits text the same way."""
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
-    from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen2Tokenizer
+    from transformers import Qwen2Tokenizer
     from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
 
-    path = Path(path)
-    texts = list(env_text(env_id, env_kwargs, memory=memory, memory_kwargs=memory_kwargs, seed=seed))
-
-    # The same normaliser and pre-tokenizer as Qwen2Tokenizer, which AutoTokenizer will load this as.
     bpe = Tokenizer(models.BPE())
     bpe.normalizer = normalizers.NFC()
     bpe.pre_tokenizer = pre_tokenizers.Sequence(
@@ -110,47 +153,81 @@ def build_tiny(
         show_progress=False,
     )
     bpe.train_from_iterator(texts, trainer)
-    vocab = bpe.get_vocab()
     merges = [tuple(m) for m in _merges(bpe)]
     tokenizer = Qwen2Tokenizer(
-        vocab=vocab, merges=merges, eos_token="<|im_end|>", pad_token="<|endoftext|>", unk_token=None
+        vocab=bpe.get_vocab(), merges=merges, eos_token="<|im_end|>", pad_token="<|endoftext|>", unk_token=None
     )
     tokenizer.add_special_tokens({"additional_special_tokens": ["<|im_start|>"]})
     tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
 
-    config = Qwen2Config(
-        vocab_size=len(tokenizer),
+
+def word_tokenizer(texts: list[str]) -> Any:
+    """One token per word (and per run of punctuation) of ``texts``, most frequent first; others are [UNK].
+
+    Why: a random model answers with a uniformly drawn token. The byte-level BPE holds 512 tokens, 256 of
+    them raw bytes, of which only 3 name a move; a word vocabulary holds every word of the game and little
+    else, so with one-token answers a move is several times as likely at the start and prompts are shorter.
+    It is saved as a plain ``tokenizer.json`` that ``AutoTokenizer`` loads as it is, which is why its model
+    is a Qwen3: transformers rebuilds the tokenizer of every ``qwen2`` model as a byte-level BPE.
+    """
+    import collections
+
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    split = pre_tokenizers.Whitespace()
+    words = [word for text in [*texts, "system user assistant"] for word, _ in split.pre_tokenize_str(text)]
+    vocab = {token: i for i, token in enumerate([*SPECIAL_TOKENS, "[UNK]"])}
+    for word, _ in collections.Counter(words).most_common():  # ties keep first-seen order: a fixed vocabulary
+        vocab.setdefault(word, len(vocab))
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    backend.pre_tokenizer = split
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        unk_token="[UNK]",
+        additional_special_tokens=["<|im_start|>"],
+    )
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
+
+
+def _model_config(
+    architecture: str, vocab_size: int, tokenizer: Any, hidden_size: int, num_layers: int, num_heads: int
+) -> Any:
+    from transformers import AutoConfig
+
+    return AutoConfig.for_model(
+        architecture,
+        vocab_size=vocab_size,
         hidden_size=hidden_size,
         intermediate_size=2 * hidden_size,
         num_hidden_layers=num_layers,
         num_attention_heads=num_heads,
         num_key_value_heads=max(1, num_heads // 2),
+        head_dim=hidden_size // num_heads,
         max_position_embeddings=8192,
         tie_word_embeddings=True,
         bos_token_id=None,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )
-    state = torch.random.get_rng_state()
-    torch.manual_seed(seed)
-    model = Qwen2ForCausalLM(config)
-    torch.random.set_rng_state(state)
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}-", dir=path.parent))
-    tmp.chmod(0o755)  # mkdtemp makes it private; the model is an ordinary folder
-    try:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        os.replace(tmp, path)  # atomic; fails if another process built it first, which is fine
-    except OSError:
-        if not (path / "config.json").exists():
-            raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return path
+
+def ensure_tiny(config: Any) -> None:
+    """Build the config's tiny model into ``model.path`` when ``model.build_tiny`` asks and it is missing."""
+    model, env = config.model, config.env
+    if model.build_tiny and not Path(model.path).exists():
+        build_tiny(
+            model.path,
+            env.id,
+            env.kwargs,
+            memory=env.memory,
+            memory_kwargs=env.memory_kwargs,
+            tokenizer=model.tiny_tokenizer,
+        )
 
 
 def _merges(tokenizer: Any) -> list[list[str]]:

@@ -98,9 +98,9 @@ class Trainer:
 
         if model.build_tiny and not Path(model.path).exists():
             if accelerator.is_main_process:
-                from verlog.ppo.tiny import build_tiny
+                from verlog.ppo.tiny import ensure_tiny
 
-                build_tiny(model.path, env.id, env.kwargs, memory=env.memory, memory_kwargs=env.memory_kwargs)
+                ensure_tiny(config)
             accelerator.wait_for_everyone()
         set_seed(config.run.seed)  # fresh weights (value head, LoRA) start equal on every process
         self.tokenizer = load_tokenizer(model.path)
