@@ -42,7 +42,9 @@ def test_a_tokenizer_transformers_rebuilds_is_refused(tmp_path: Path) -> None:
     """transformers 5 loads any qwen2 folder's tokenizer as a byte-level Qwen2Tokenizer: a word-level
     tokenizer.json there would silently drop most of the prompt, so loading it is an error."""
     word_tokenizer(list(env_text(GOTO, episodes=1, steps=2))).save_pretrained(tmp_path)
-    Qwen2Config(vocab_size=64, hidden_size=16, num_hidden_layers=1, num_attention_heads=2).save_pretrained(tmp_path)
+    Qwen2Config(vocab_size=64, hidden_size=16, num_hidden_layers=1, num_attention_heads=2).save_pretrained(
+        tmp_path
+    )
     with pytest.raises(ValueError, match="tokenizer.json holds a WordLevel model"):
         load_tokenizer(str(tmp_path))
 

@@ -21,7 +21,15 @@ import numpy as np
 
 from verlog.ppo.prompts import FORMAT_REQUESTS
 
-__all__ = ["CHAT_TEMPLATE", "TINY_TOKENIZERS", "bpe_tokenizer", "build_tiny", "ensure_tiny", "env_text", "word_tokenizer"]
+__all__ = [
+    "CHAT_TEMPLATE",
+    "TINY_TOKENIZERS",
+    "bpe_tokenizer",
+    "build_tiny",
+    "ensure_tiny",
+    "env_text",
+    "word_tokenizer",
+]
 
 #: The tokenizers :func:`build_tiny` can train.
 TINY_TOKENIZERS = ("bpe", "words")
@@ -102,7 +110,9 @@ def build_tiny(
         texts = env_text(env_id, env_kwargs, memory=memory, memory_kwargs=memory_kwargs, seed=seed)
         tok, architecture = bpe_tokenizer(list(texts), vocab_size), "qwen2"
     else:
-        texts = env_text(env_id, env_kwargs, memory=memory, memory_kwargs=memory_kwargs, episodes=64, seed=seed)
+        texts = env_text(
+            env_id, env_kwargs, memory=memory, memory_kwargs=memory_kwargs, episodes=64, seed=seed
+        )
         tok, architecture = word_tokenizer(list(texts)), "qwen3"
     config = _model_config(architecture, len(tok), tok, hidden_size, num_layers, num_heads)
 
@@ -155,7 +165,11 @@ def bpe_tokenizer(texts: list[str], vocab_size: int) -> Any:
     bpe.train_from_iterator(texts, trainer)
     merges = [tuple(m) for m in _merges(bpe)]
     tokenizer = Qwen2Tokenizer(
-        vocab=bpe.get_vocab(), merges=merges, eos_token="<|im_end|>", pad_token="<|endoftext|>", unk_token=None
+        vocab=bpe.get_vocab(),
+        merges=merges,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        unk_token=None,
     )
     tokenizer.add_special_tokens({"additional_special_tokens": ["<|im_start|>"]})
     tokenizer.chat_template = CHAT_TEMPLATE
