@@ -114,7 +114,7 @@ def build_tiny(
             env_id, env_kwargs, memory=memory, memory_kwargs=memory_kwargs, episodes=64, seed=seed
         )
         tok, architecture = word_tokenizer(list(texts)), "qwen3"
-    config = _model_config(architecture, len(tok), tok, hidden_size, num_layers, num_heads)
+    config = _model_config(architecture, tok, hidden_size, num_layers, num_heads)
 
     from transformers import AutoModelForCausalLM
 
@@ -209,13 +209,13 @@ def word_tokenizer(texts: list[str]) -> Any:
 
 
 def _model_config(
-    architecture: str, vocab_size: int, tokenizer: Any, hidden_size: int, num_layers: int, num_heads: int
+    architecture: str, tokenizer: Any, hidden_size: int, num_layers: int, num_heads: int
 ) -> Any:
     from transformers import AutoConfig
 
     return AutoConfig.for_model(
         architecture,
-        vocab_size=vocab_size,
+        vocab_size=len(tokenizer),
         hidden_size=hidden_size,
         intermediate_size=2 * hidden_size,
         num_hidden_layers=num_layers,
