@@ -11,7 +11,7 @@ import gymnasium as gym
 import pytest
 
 from verlog.evaluation import evaluate, mean_se, summarize
-from verlog.evaluation.agents import EvalError, resolve_model
+from verlog.evaluation.agents import EvalError, OracleAgent, Turn, resolve_model
 from verlog.evaluation.command import add_eval_command, run_eval
 from verlog.evaluation.runner import EpisodeLog
 from verlog.evaluation.scoring import overall
@@ -245,10 +245,23 @@ def test_a_tiny_model_from_a_run_checkpoint(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------------------------- oracle
 def test_the_oracle_solves_babaisai_levels(tmp_path: Path) -> None:
     levels = ["verlog/BabaIsAI-goto_win-v0", "verlog/BabaIsAI-make_win-distr_obj-v0"]
-    if any(level not in gym.registry for level in levels):
-        pytest.skip("BabaIsAI is not registered yet (verlog.envs.babaisai has no env module)")
     summary = evaluate("oracle", levels, out=tmp_path / "oracle", episodes=2, num_envs=3)
     assert summary["overall"]["score"] == pytest.approx(100.0)
     assert all(r["success"] for r in _records(tmp_path / "oracle"))
     with pytest.raises(EvalError, match="BabaIsAI's solver"):
         evaluate("oracle", GOTO, out=tmp_path / "no", episodes=1)
+
+
+def test_the_oracle_wins_where_a_shortest_plan_is_over_its_budget() -> None:
+    """This deep two-room level needs ~1M states to prove a plan shortest: the oracle plays the fast
+    search's plan instead of giving up on the episode."""
+    env = gym.make("verlog/BabaIsAI-two_room-make_win-distr_rule-v0")
+    observation, info = env.reset(seed=1484440894)
+    oracle = OracleAgent(max_states=20_000)
+    oracle.start("level#0", 1484440894, env)
+    terminated = truncated = False
+    while not (terminated or truncated):
+        (action,) = oracle.act([Turn("level#0", observation, info)])
+        observation, _, terminated, truncated, info = env.step(action)
+    assert terminated and info["progression"] == 1.0
+    assert oracle.not_shortest == {"level#0"} and not oracle.unsolved

@@ -151,6 +151,7 @@ def evaluate(
         summary["notes"] = notes
     if isinstance(player, OracleAgent):
         summary["oracle_unsolved_now"] = sorted(player.unsolved)
+        summary["oracle_not_shortest_now"] = sorted(player.not_shortest)
     if isinstance(player, ModelAgent) and player.turns:
         summary["mean_response_tokens_now"] = player.generated_tokens / player.turns
     output.write(summary, folder)
