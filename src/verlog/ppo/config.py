@@ -6,20 +6,14 @@ lists the valid ones. Sizes that follow from several fields are computed once, i
 
 from __future__ import annotations
 
-import ast
 import dataclasses
-import inspect
-import sys
 import typing
 from dataclasses import dataclass, field
-from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10 ships no TOML reader
-    import tomli as tomllib
+from verlog import tomlconfig
+from verlog.tomlconfig import ConfigError
 
 __all__ = [
     "Config",
@@ -34,10 +28,6 @@ __all__ = [
     "describe",
     "load_config",
 ]
-
-
-class ConfigError(ValueError):
-    """A bad configuration: an unknown key, a wrong type or inconsistent sizes."""
 
 
 @dataclass
@@ -295,12 +285,7 @@ class Config:
 
     def to_toml(self) -> str:
         """The resolved configuration as TOML (what ``config.toml`` in a run folder holds)."""
-        lines: list[str] = []
-        for section, values in self.to_dict().items():
-            lines.append(f"[{section}]")
-            lines.extend(f"{key} = {_toml_value(value)}" for key, value in values.items())
-            lines.append("")
-        return "\n".join(lines)
+        return tomlconfig.to_toml(self)
 
 
 # --------------------------------------------------------------------------- loading
@@ -308,144 +293,9 @@ class Config:
 
 def load_config(path: str | Path | None = None, overrides: typing.Sequence[str] = ()) -> Config:
     """Read a TOML file (or start from the defaults) and apply ``section.key=value`` overrides."""
-    data: dict[str, Any] = {}
-    if path is not None:
-        try:
-            with open(path, "rb") as f:
-                data = tomllib.load(f)
-        except tomllib.TOMLDecodeError as e:
-            raise ConfigError(f"{path}: {e}") from None
-    for item in overrides:
-        _apply_override(data, item)
-    return _build(Config, data, prefix="")
+    return tomlconfig.load(Config, path, overrides)
 
 
 def describe() -> str:
     """Every key with its type, default and docstring (``agents/ppo.py --help-config``)."""
-    lines = []
-    for section in dataclasses.fields(Config):
-        cls = _hints(Config)[section.name]
-        lines.append(f"[{section.name}]  {_docs(Config).get(section.name, '')}")
-        default = cls()
-        for f in dataclasses.fields(cls):
-            doc = _docs(cls).get(f.name, "")
-            value = _toml_value(getattr(default, f.name))
-            lines.append(f"  {section.name}.{f.name} = {value}  # {doc}")
-    return "\n".join(lines)
-
-
-def _apply_override(data: dict[str, Any], item: str) -> None:
-    key, sep, text = item.partition("=")
-    parts = key.strip().split(".")
-    if not sep or len(parts) < 2 or not all(parts):
-        raise ConfigError(
-            f"override {item!r} is not of the form section.key=value; valid keys:\n{_key_list()}"
-        )
-    target = data
-    for part in parts[:-1]:
-        target = target.setdefault(part, {})
-        if not isinstance(target, dict):
-            raise ConfigError(f"override {item!r}: {part!r} is not a table")
-    target[parts[-1]] = _parse_value(text.strip())
-
-
-def _parse_value(text: str) -> Any:
-    """A TOML value if the text is one (1e-6, true, [1, 2], {a = 1}, "x"), else the text itself."""
-    try:
-        return tomllib.loads(f"v = {text}")["v"]
-    except tomllib.TOMLDecodeError:
-        return text
-
-
-def _build(cls: type, data: Any, prefix: str) -> Any:
-    if not isinstance(data, dict):
-        raise ConfigError(f"{prefix.rstrip('.')} must be a table, got {data!r}")
-    hints = _hints(cls)
-    unknown = sorted(set(data) - set(hints))
-    if unknown:
-        name = prefix + unknown[0]
-        raise ConfigError(f"unknown config key {name!r}; valid keys:\n{_key_list()}")
-    kwargs = {}
-    for name, value in data.items():
-        hint = hints[name]
-        if dataclasses.is_dataclass(hint):
-            kwargs[name] = _build(hint, value, f"{prefix}{name}.")
-        else:
-            kwargs[name] = _check(f"{prefix}{name}", hint, value)
-    return cls(**kwargs)
-
-
-def _check(key: str, hint: Any, value: Any) -> Any:
-    """Return ``value`` converted to ``hint`` (int -> float, a bare word -> str), or raise naming the key."""
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    ok = False
-    if hint is bool:
-        ok = isinstance(value, bool)
-    elif hint is int:
-        ok = isinstance(value, int) and not isinstance(value, bool)
-    elif hint is float:
-        ok = isinstance(value, int | float) and not isinstance(value, bool)
-        value = float(value) if ok else value
-    elif hint is str:
-        ok = isinstance(value, str)
-    elif origin is Literal:
-        if value in args:
-            return value
-        raise ConfigError(f"{key} must be one of {list(args)}, got {value!r}")
-    elif origin is list:
-        ok = isinstance(value, list) and all(isinstance(v, args[0]) for v in value)
-    elif origin is dict:
-        ok = isinstance(value, dict)
-    if not ok:
-        name = getattr(hint, "__name__", str(hint))
-        raise ConfigError(f"{key} must be of type {name}, got {value!r} ({type(value).__name__})")
-    return value
-
-
-def _key_list() -> str:
-    keys = []
-    for section in dataclasses.fields(Config):
-        cls = _hints(Config)[section.name]
-        keys.extend(f"  {section.name}.{f.name}" for f in dataclasses.fields(cls))
-    return "\n".join(keys)
-
-
-@cache
-def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
-
-
-@cache
-def _docs(cls: type) -> dict[str, str]:
-    """The attribute docstrings of a dataclass (the string literal right after each field)."""
-    tree = ast.parse(inspect.getsource(cls))
-    body = tree.body[0].body  # type: ignore[attr-defined]
-    docs = {}
-    for node, nxt in zip(body, body[1:], strict=False):
-        if (
-            isinstance(node, ast.AnnAssign)
-            and isinstance(node.target, ast.Name)
-            and isinstance(nxt, ast.Expr)
-            and isinstance(nxt.value, ast.Constant)
-            and isinstance(nxt.value.value, str)
-        ):
-            docs[node.target.id] = nxt.value.value.strip()
-    return docs
-
-
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
-    if isinstance(value, list | tuple):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items()) + "}"
-    raise ConfigError(f"cannot write {value!r} ({type(value).__name__}) to TOML")
-
-
-def _toml_key(key: str) -> str:
-    return key if key.replace("_", "").replace("-", "").isalnum() else _toml_value(key)
+    return tomlconfig.describe(Config)
