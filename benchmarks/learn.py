@@ -4,7 +4,7 @@
     python benchmarks/learn.py [--config envs/learn.toml] [section.key=value ...]
 
 It trains the preset (``envs/learn.toml``: a tiny randomly initialised Qwen3 and a word-level tokenizer trained
-on the env's own text, seeded; see :func:`verlog.ppo.tiny.word_tokenizer`) with the ordinary
+on the env's own text, seeded; see :func:`verlog.models.tiny.word_tokenizer`) with the ordinary
 :class:`~verlog.ppo.trainer.Trainer`, then reads the run's ``metrics.jsonl``. The success rate of the first and
 of the last 10% of updates pools the episodes that ended in those updates (``env/success`` weighted by ``charts/episodes``); its standard error is BALROG's
 population std / sqrt(n), here sqrt(p (1 - p) / n). The script prints both, writes the curve to

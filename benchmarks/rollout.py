@@ -33,13 +33,13 @@ from rich.table import Table
 
 import verlog
 from verlog.evaluation.output import machine
+from verlog.models.loading import load_models
+from verlog.models.prompts import PromptBuilder
+from verlog.models.tiny import ensure_tiny
 from verlog.ppo.config import Config, ConfigError, load_config
-from verlog.ppo.policy import load_models
-from verlog.ppo.prompts import PromptBuilder
 from verlog.ppo.rollout import Rollout
 from verlog.ppo.sampling import TransformersSampler
 from verlog.ppo.storage import TurnStorage
-from verlog.ppo.tiny import ensure_tiny
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"

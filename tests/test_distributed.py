@@ -22,8 +22,8 @@ import torch
 
 pytest.importorskip("deepspeed", reason="the train extra's deepspeed is not installed")
 
+from verlog.models.tiny import build_tiny  # noqa: E402
 from verlog.ppo.checkpoint import latest_checkpoint  # noqa: E402
-from verlog.ppo.tiny import build_tiny  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "agents" / "accelerate"

@@ -210,7 +210,7 @@ def test_model_sources_name_what_is_missing(tmp_path: Path) -> None:
 
 def test_a_tiny_model_from_a_run_checkpoint(tmp_path: Path) -> None:
     torch = pytest.importorskip("torch")
-    from verlog.ppo.tiny import build_tiny
+    from verlog.models.tiny import build_tiny
 
     torch.set_num_threads(1)
     run = tmp_path / "tiny-0001"

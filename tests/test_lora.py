@@ -10,17 +10,11 @@ import pytest
 import torch
 from toy_env import TOY_ID
 
+from verlog.models.loading import AdapterDisabled, LoraSpec, load_models
+from verlog.models.tiny import build_tiny
+from verlog.models.weights import export_pretrained
 from verlog.ppo.config import ConfigError, load_config
-from verlog.ppo.policy import (
-    AdapterDisabled,
-    LoraSpec,
-    actor_logprobs,
-    collate,
-    critic_values,
-    export_pretrained,
-    load_models,
-)
-from verlog.ppo.tiny import build_tiny
+from verlog.ppo.policy import actor_logprobs, collate, critic_values
 from verlog.ppo.trainer import Trainer
 
 pytest.importorskip("peft", reason="the train extra's peft is not installed")

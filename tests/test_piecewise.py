@@ -7,7 +7,7 @@ from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, train
 from transformers import PreTrainedTokenizerFast
 from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
 
-from verlog.ppo.piecewise import PiecewiseTokenizer, cuts_at_line_starts
+from verlog.models.piecewise import PiecewiseTokenizer, cuts_at_line_starts
 
 TEXT = ["a wall 1 step forward\nthe door is open.\n'turn left'\n7 steps\n\n  indented\n"] * 20
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]

@@ -9,10 +9,11 @@ import pytest
 import torch
 from toy_env import TOY_ID
 
-from verlog.ppo.policy import actor_logprobs, collate, critic_values, load_models
-from verlog.ppo.prompts import PromptBuilder, PromptTooLong
+from verlog.models.loading import load_models
+from verlog.models.prompts import PromptBuilder, PromptTooLong
+from verlog.models.tiny import build_tiny
+from verlog.ppo.policy import actor_logprobs, collate, critic_values
 from verlog.ppo.sampling import TransformersSampler
-from verlog.ppo.tiny import build_tiny
 
 
 @pytest.fixture(scope="module")

@@ -15,15 +15,15 @@ import torch
 from toy_env import TOY_ID, LineEnv
 
 import verlog
+from verlog.models.loading import load_models
+from verlog.models.prompts import PromptBuilder
+from verlog.models.tiny import build_tiny
 from verlog.ppo.checkpoint import latest_checkpoint, save_checkpoint
 from verlog.ppo.config import load_config
 from verlog.ppo.distributed import merge_process_metrics
-from verlog.ppo.policy import load_models
-from verlog.ppo.prompts import PromptBuilder
 from verlog.ppo.rollout import Rollout
 from verlog.ppo.sampling import TransformersSampler
 from verlog.ppo.storage import TurnStorage
-from verlog.ppo.tiny import build_tiny
 from verlog.ppo.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]

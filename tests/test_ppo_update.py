@@ -10,12 +10,13 @@ import torch
 from accelerate import Accelerator
 from toy_env import TOY_ID
 
+from verlog.models.loading import load_models
+from verlog.models.tiny import build_tiny
 from verlog.ppo.config import PPOConfig
-from verlog.ppo.policy import actor_logprobs, load_models
+from verlog.ppo.policy import actor_logprobs
 from verlog.ppo.rollout import score
 from verlog.ppo.sampling import TransformersSampler
 from verlog.ppo.storage import TurnStorage
-from verlog.ppo.tiny import build_tiny
 from verlog.ppo.update import policy_loss, ppo_update, value_loss
 
 KEYS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "explained_variance", "grad_norm")

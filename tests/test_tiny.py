@@ -8,9 +8,9 @@ import gymnasium as gym
 import pytest
 from transformers import Qwen2Config
 
-from verlog.ppo.policy import load_models, load_tokenizer
-from verlog.ppo.prompts import PromptBuilder
-from verlog.ppo.tiny import build_tiny, env_text, word_tokenizer
+from verlog.models.loading import load_models, load_tokenizer
+from verlog.models.prompts import PromptBuilder
+from verlog.models.tiny import build_tiny, env_text, word_tokenizer
 
 GOTO = "verlog/BabyAI-GoTo-v0"
 

@@ -9,10 +9,12 @@ import re
 import pytest
 import torch
 
+from verlog.models.loading import load_tokenizer
+from verlog.models.tiny import build_tiny
+from verlog.models.weights import full_weights
 from verlog.ppo.config import ConfigError, load_config
-from verlog.ppo.policy import actor_logprobs, collate, full_weights, load_tokenizer
+from verlog.ppo.policy import actor_logprobs, collate
 from verlog.ppo.sampling import TransformersSampler, select_backend, vllm_unavailable
-from verlog.ppo.tiny import build_tiny
 
 PROMPTS = [[5, 6, 7], [8, 9, 10, 11, 12, 13], [14]]
 

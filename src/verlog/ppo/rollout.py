@@ -18,8 +18,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from verlog.models.prompts import PromptBuilder
 from verlog.ppo.policy import Batch, actor_logprobs, collate, critic_values
-from verlog.ppo.prompts import PromptBuilder
 from verlog.ppo.sampling import Sampler
 from verlog.ppo.storage import TurnStorage, pack_by_tokens
 from verlog.samples import family_of

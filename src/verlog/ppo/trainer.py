@@ -20,22 +20,20 @@ from typing import Any
 
 import torch
 
-from verlog.ppo.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from verlog.ppo.config import Config
-from verlog.ppo.distributed import init_processes, merge_process_metrics, setup
-from verlog.ppo.logger import RunLogger
-from verlog.ppo.policy import (
+from verlog.models.loading import (
     AdapterDisabled,
     LoraSpec,
-    export_pretrained,
-    full_weights,
     load_actor,
     load_critic,
     load_reference,
     load_tokenizer,
-    weights_checksum,
 )
-from verlog.ppo.prompts import PromptBuilder
+from verlog.models.prompts import PromptBuilder
+from verlog.models.weights import export_pretrained, full_weights, weights_checksum
+from verlog.ppo.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from verlog.ppo.config import Config
+from verlog.ppo.distributed import init_processes, merge_process_metrics, setup
+from verlog.ppo.logger import RunLogger
 from verlog.ppo.rollout import Rollout, score
 from verlog.ppo.sampling import Sampler, TransformersSampler, select_backend
 from verlog.ppo.storage import TurnStorage
@@ -98,7 +96,7 @@ class Trainer:
 
         if model.build_tiny and not Path(model.path).exists():
             if accelerator.is_main_process:
-                from verlog.ppo.tiny import ensure_tiny
+                from verlog.models.tiny import ensure_tiny
 
                 ensure_tiny(config)
             accelerator.wait_for_everyone()

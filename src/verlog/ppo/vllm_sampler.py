@@ -6,7 +6,7 @@ the launched process, so it joins the process group ``accelerate launch`` set up
 Each process samples for its own envs, so generation is data-parallel like everything else.
 
 One update's cycle: :meth:`VLLMSampler.update_weights` wakes the engine's weights, pushes the actor's weights
-into it (:func:`verlog.ppo.policy.full_weights`: ZeRO-3 shards gathered one module at a time, LoRA adapters
+into it (:func:`verlog.models.weights.full_weights`: ZeRO-3 shards gathered one module at a time, LoRA adapters
 merged), wakes the KV cache and resets the prefix cache (its blocks were computed by the old weights); the
 rollout generates with prefix caching on (the turns of a multi-turn prompt share their history); then
 :meth:`VLLMSampler.offload` puts the engine to sleep while the learner scores and updates. Verlog synced the

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from verlog.ppo.prompts import FORMAT_REQUESTS
+from verlog.models.prompts import FORMAT_REQUESTS
 
 __all__ = [
     "CHAT_TEMPLATE",

@@ -5,7 +5,7 @@ produced it, followed by a request for the answer format. The memory wrapper bud
 budget is in tokens: a prompt over ``max_prompt_tokens`` falls back to the env's current observation alone
 (``info["raw_observation"]``), and only if even that does not fit is it an error.
 
-The rendered prompts are tokenized by :class:`~verlog.ppo.piecewise.PiecewiseTokenizer`, which caches the
+The rendered prompts are tokenized by :class:`~verlog.models.piecewise.PiecewiseTokenizer`, which caches the
 ids of the pieces that come back every turn (the system message, observation lines), with the same ids.
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from verlog.ppo.piecewise import PiecewiseTokenizer
+from verlog.models.piecewise import PiecewiseTokenizer
 
 __all__ = ["FORMAT_REQUESTS", "PromptBuilder", "PromptTooLong"]
 
