@@ -35,7 +35,7 @@ import verlog
 from verlog.evaluation.output import machine
 from verlog.models.loading import load_models
 from verlog.models.prompts import PromptBuilder
-from verlog.models.tiny import ensure_tiny
+from verlog.models.sources import resolve_model_path
 from verlog.ppo.config import Config, ConfigError, load_config
 from verlog.ppo.rollout import Rollout
 from verlog.ppo.sampling import TransformersSampler
@@ -180,7 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     torch.manual_seed(config.run.seed)
     console = Console() if sys.stdout.isatty() else Console(width=150)
-    ensure_tiny(config)  # the preset's tiny model, built the way the trainer builds it
+    config.model.path = resolve_model_path(config.model, config.env)  # built the way the trainer builds it
     models = load_models(config.model.path, dtype=config.model.dtype, with_reference=False)
     models.actor.eval()
 

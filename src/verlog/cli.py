@@ -1,4 +1,4 @@
-"""The ``verlog`` console script: ``verlog list``, ``verlog play ID``, ``verlog eval``, ``verlog report RUN``.
+"""The ``verlog`` console script: ``list``, ``play ID``, ``eval``, ``report RUN``, ``models list|get``.
 
 Each subcommand is one function registered with :func:`subcommand`, which also names the function that adds
 its arguments; ``main`` builds the argparse parser from the registry. To add one (``eval``, ``report``)::
@@ -23,6 +23,7 @@ from typing import Any
 
 from verlog.evaluation.command import EVAL_HELP, add_eval_arguments, run_eval
 from verlog.memory import MEMORIES
+from verlog.models.command import MODELS_HELP, add_models_arguments, run_models
 from verlog.report import REPORT_HELP, add_report_arguments, run_report
 
 __all__ = ["COMMANDS", "Command", "build_parser", "main", "subcommand"]
@@ -217,9 +218,10 @@ def _play(env: Any, console: Any, seed: int | None) -> None:
             return
 
 
-# -------------------------------------------------------------------------------- verlog eval, verlog report
+# ------------------------------------------------------------------ verlog eval, verlog report, verlog models
 subcommand("eval", EVAL_HELP, add_eval_arguments)(run_eval)
 subcommand("report", REPORT_HELP, add_report_arguments)(run_report)
+subcommand("models", MODELS_HELP, add_models_arguments)(run_models)
 
 
 if __name__ == "__main__":

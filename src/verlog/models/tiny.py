@@ -26,7 +26,6 @@ __all__ = [
     "TINY_TOKENIZERS",
     "bpe_tokenizer",
     "build_tiny",
-    "ensure_tiny",
     "env_text",
     "word_tokenizer",
 ]
@@ -228,20 +227,6 @@ def _model_config(
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )
-
-
-def ensure_tiny(config: Any) -> None:
-    """Build the config's tiny model into ``model.path`` when ``model.build_tiny`` asks and it is missing."""
-    model, env = config.model, config.env
-    if model.build_tiny and not Path(model.path).exists():
-        build_tiny(
-            model.path,
-            env.id,
-            env.kwargs,
-            memory=env.memory,
-            memory_kwargs=env.memory_kwargs,
-            tokenizer=model.tiny_tokenizer,
-        )
 
 
 def _merges(tokenizer: Any) -> list[list[str]]:

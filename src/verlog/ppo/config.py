@@ -85,7 +85,7 @@ class EnvConfig:
 @dataclass
 class ModelConfig:
     path: str = ""
-    """Actor checkpoint: a local folder or a Hugging Face id."""
+    """Actor checkpoint: a local folder, a Hugging Face id, or a .gguf file (converted once under runs/models/gguf/)."""
     critic_path: str = ""
     """Critic checkpoint ("" = the actor's); it must share the actor's tokenizer."""
     critic_head: Literal["token_classification", "value_head"] = "token_classification"
@@ -96,8 +96,10 @@ class ModelConfig:
     """Attention kernel passed to from_pretrained ("" = the transformers default)."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass (less memory, more time)."""
+    build: str = ""
+    """Build into ``path`` on first use: "tiny", or a registry model like "smollm2-135m-instruct" (path defaults to runs/models/<name>)."""
     build_tiny: bool = False
-    """If ``path`` does not exist, build a tiny model and tokenizer there from the env's own text."""
+    """Shorthand for build = "tiny"."""
     tiny_tokenizer: Literal["bpe", "words"] = "bpe"
     """The tiny model's tokenizer: byte-level BPE (any text), or one token per word of the game."""
     lora_r: int = 0
@@ -243,8 +245,15 @@ class Config:
             )
         if min(run.samples_every, run.samples_per_family) < 0:
             raise ConfigError("run.samples_every and run.samples_per_family must be >= 0")
-        if not self.model.path:
-            raise ConfigError("model.path is required (a local folder or a Hugging Face id)")
+        from verlog.models.sources import BUILDS
+
+        if self.model.build and self.model.build not in BUILDS:
+            raise ConfigError(f"model.build must be one of {['', *BUILDS]}, got {self.model.build!r}")
+        if not self.model.path and self.model.build in ("", "tiny") and not self.model.build_tiny:
+            raise ConfigError(
+                "model.path is required (a local folder, a .gguf file or a Hugging Face id), "
+                f"or model.build = one of {list(BUILDS)}"
+            )
         if self.model.lora_r < 0 or (self.model.lora_r and self.model.lora_alpha <= 0):
             raise ConfigError("model.lora_r must be >= 0 and model.lora_alpha > 0")
         if self.model.critic_lora and not self.model.lora_r:

@@ -29,6 +29,7 @@ from verlog.models.loading import (
     load_tokenizer,
 )
 from verlog.models.prompts import PromptBuilder
+from verlog.models.sources import resolve_model_path
 from verlog.models.weights import export_pretrained, full_weights, weights_checksum
 from verlog.ppo.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from verlog.ppo.config import Config
@@ -94,12 +95,9 @@ class Trainer:
         self.accelerator = accelerator = self.dist.actor
         rank = accelerator.process_index
 
-        if model.build_tiny and not Path(model.path).exists():
-            if accelerator.is_main_process:
-                from verlog.models.tiny import ensure_tiny
-
-                ensure_tiny(config)
-            accelerator.wait_for_everyone()
+        resolved = [resolve_model_path(model, env) if accelerator.is_main_process else ""]
+        broadcast_object_list(resolved)  # the main process builds or converts it on first use
+        model.path = resolved[0]
         set_seed(config.run.seed)  # fresh weights (value head, LoRA) start equal on every process
         self.tokenizer = load_tokenizer(model.path)
         backend, reason = select_backend(config.sampling.backend, accelerator.device)

