@@ -32,6 +32,7 @@ from rich.console import Console
 from rich.table import Table
 
 import verlog
+from verlog.envs import prompt_example
 from verlog.evaluation.output import machine
 from verlog.models.loading import load_models
 from verlog.models.prompts import PromptBuilder
@@ -85,7 +86,12 @@ def measure(config: Config, num_envs: int, updates: int, warmup: int, models: An
         batch_size=config.sampling.batch_size,
     )
     prompts = TimedPromptBuilder(
-        models.tokenizer, config.prompt.format, config.prompt.max_prompt_tokens, config.prompt.format_request
+        models.tokenizer,
+        config.prompt.format,
+        config.prompt.max_prompt_tokens,
+        config.prompt.format_request,
+        style=config.prompt.style,
+        example=prompt_example(env.id) if config.prompt.examples else None,
     )
     envs = verlog.make_vec(
         env.id,

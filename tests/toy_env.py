@@ -75,6 +75,9 @@ class LineEnv(TextEnv):
     def _instruction(self) -> str:
         return "Walk to the target T. Actions: left, right, wait."
 
+    def _goal(self) -> str:
+        return "Walk to the target T."
+
     def _progression(self) -> float:
         return 1.0 if self._reached else 0.0
 

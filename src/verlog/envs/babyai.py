@@ -230,6 +230,11 @@ class BabyAITextEnv(TextEnv):
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi", "rgb_array"], "render_fps": 4}
     actions: ClassVar[tuple[str, ...]] = tuple(name for name, _ in _ACTION_HELP)  # minigrid ints 0..5
+    prompt_example: ClassVar[tuple[str, str, str]] = (
+        "Goal: Go to the red ball.\nObservation:\na wall 3 steps forward\na red ball 2 steps forward",
+        "The red ball is straight ahead.",
+        "go forward",
+    )
     default_action: ClassVar[str] = "go forward"
     synonyms: ClassVar[Mapping[str, str]] = {
         "left": "turn left",
@@ -325,6 +330,10 @@ class BabyAITextEnv(TextEnv):
 
     def _instruction(self) -> str:
         return self._prompt
+
+    def _goal(self) -> str:
+        mission = self._level.mission
+        return mission[:1].upper() + mission[1:] + "."
 
     def _progression(self) -> float:
         return 1.0 if self._success else 0.0

@@ -31,6 +31,7 @@ PRINTABLE = string.printable
 #: Keys present in every ``info`` of every verlog env, at reset and at every step.
 INFO_KEYS = (
     "instruction",
+    "goal",
     "valid_actions",
     "action_valid",
     "executed_action",
@@ -59,6 +60,8 @@ class TextEnv(gym.Env[str, str], ABC):
     default_action: ClassVar[str] = ""
     #: Lenient-mode phrases (any case/punctuation) mapped to canonical action names.
     synonyms: ClassVar[Mapping[str, str]] = {}
+    #: A worked turn in this game's own words for few-shot prompts: (observation, one-line reason, action).
+    prompt_example: ClassVar[tuple[str, str, str] | None] = None
     #: Longest observation the env can produce (sets ``observation_space``).
     max_observation_chars: ClassVar[int] = 8192
     #: Longest response sampled by ``action_space.sample()``; longer responses are accepted all the same.
@@ -99,6 +102,10 @@ class TextEnv(gym.Env[str, str], ABC):
     @abstractmethod
     def _instruction(self) -> str:
         """The task prompt for the current episode (system prompt of the agent)."""
+
+    @abstractmethod
+    def _goal(self) -> str:
+        """The current episode's goal in one sentence (short prompts for small models carry it alone)."""
 
     @abstractmethod
     def _progression(self) -> float:
@@ -146,6 +153,7 @@ class TextEnv(gym.Env[str, str], ABC):
         info = dict(game_info)
         info.update(
             instruction=self._instruction(),
+            goal=self._goal(),
             valid_actions=list(self.actions),
             action_valid=valid,
             executed_action=executed,

@@ -133,6 +133,9 @@ def _a(noun: str) -> str:
     return f"{'an' if noun[0] in 'aeiou' else 'a'} {noun}"
 
 
+GOAL = "Survive, gather materials and craft tools to unlock as many achievements as possible."
+
+
 def _instruction_text() -> str:
     """BALROG-style task prompt; costs and requirements are read from crafter's own rule table."""
     place, make = constants.place, constants.make
@@ -242,6 +245,11 @@ class CrafterTextEnv(TextEnv):
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi", "rgb_array"], "render_fps": 4}
     actions: ClassVar[tuple[str, ...]] = ACTIONS
+    prompt_example: ClassVar[tuple[str, str, str]] = (
+        f"Goal: {GOAL}\nObservation:\nYou see:\n- tree 1 step to your north\n\nYou face tree at your front.",
+        "A tree is in front of me, so I collect wood.",
+        "Do",
+    )
     default_action: ClassVar[str] = "Noop"
     synonyms: ClassVar[dict[str, str]] = {
         **{phrase: "Noop" for phrase in ("wait", "no op", "nothing", "do nothing", "idle", "stay")},
@@ -370,6 +378,9 @@ class CrafterTextEnv(TextEnv):
 
     def _instruction(self) -> str:
         return self._instruction_cache
+
+    def _goal(self) -> str:
+        return GOAL
 
     def _progression(self) -> float:
         return self._score() / len(ACHIEVEMENTS)

@@ -6,7 +6,7 @@ from typing import Any
 
 from gymnasium.envs.registration import register, registry
 
-__all__ = ["BABYAI_TASKS", "register_envs"]
+__all__ = ["BABYAI_TASKS", "prompt_example", "register_envs"]
 
 #: BabyAI task kinds, as BALROG names them, and the id suffix each is registered under.
 BABYAI_TASKS = {
@@ -70,3 +70,17 @@ def register_envs() -> None:
         "BabaIsAI, one of the 40 BALROG level families drawn per reset",
         levels=LEVELS,
     )
+
+
+def prompt_example(env_id: str) -> tuple[str, str, str] | None:
+    """The worked turn (observation, reason, action) the env's class offers for few-shot prompts, if any.
+
+    Read from the registered class without making an env, so a learner or an evaluation can build its
+    prompts before (or without) stepping one.
+    """
+    from gymnasium.envs.registration import load_env_creator
+
+    spec = registry.get(env_id)
+    if spec is None or not isinstance(spec.entry_point, str):
+        return None
+    return getattr(load_env_creator(spec.entry_point), "prompt_example", None)

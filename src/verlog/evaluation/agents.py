@@ -44,6 +44,7 @@ class Turn:
     key: str
     observation: str
     info: dict[str, Any]
+    task: str = ""  # the env id it plays (prompts take the game's worked example from it)
 
 
 class Agent(Protocol):
@@ -206,10 +207,12 @@ def resolve_model(spec: str) -> ModelSource:
 class ModelSettings:
     """How a model is prompted and decoded (the learner's ``prompt`` and ``sampling`` sections)."""
 
-    format: str = "think"
+    style: str = "short"
+    examples: int = 1
+    format: str = "action"
     format_request: str = ""
     max_prompt_tokens: int = 1024
-    max_response_tokens: int = 512
+    max_response_tokens: int = 64
     greedy: bool = True
     temperature: float = 1.0
     top_p: float = 1.0
@@ -228,7 +231,6 @@ class ModelAgent:
         import torch
 
         from verlog.models.loading import load_actor, load_tokenizer
-        from verlog.models.prompts import PromptBuilder
         from verlog.ppo.sampling import TransformersSampler
 
         self.source = source
@@ -244,9 +246,8 @@ class ModelAgent:
             where = "" if Path(source.model_path).exists() else " (not a local folder: tried as a hub id)"
             raise EvalError(f"cannot load a model from {source.model_path}{where}: {error}") from error
         self.model = model.to(device).eval()
-        self.prompts = PromptBuilder(
-            tokenizer, settings.format, settings.max_prompt_tokens, settings.format_request
-        )
+        self.tokenizer = tokenizer
+        self.builders: dict[str, Any] = {}  # per env id: each game has its own worked example
         self.sampler = TransformersSampler(
             self.model,
             tokenizer,
@@ -266,6 +267,8 @@ class ModelAgent:
         return {
             "agent": "model",
             "model": self.source.model_path,
+            "style": s.style,
+            "examples": s.examples,
             "format": s.format,
             "format_request": s.format_request,
             "max_prompt_tokens": s.max_prompt_tokens,
@@ -278,7 +281,7 @@ class ModelAgent:
         del key, seed, env  # the model keeps nothing per episode: the memory wrapper holds the history
 
     def act(self, turns: Sequence[Turn]) -> list[str]:
-        prompts = self.prompts.from_infos([turn.observation for turn in turns], [turn.info for turn in turns])
+        prompts = [self._prompts(turn.task).from_info(turn.observation, turn.info) for turn in turns]
         samples = self.sampler.generate(prompts, greedy=self.settings.greedy)
         self.generated_tokens += sum(len(ids) for ids in samples.token_ids)
         self.turns += len(turns)
@@ -286,3 +289,10 @@ class ModelAgent:
 
     def finish(self, key: str) -> None:
         del key
+
+    def _prompts(self, task: str) -> Any:
+        from verlog.models.prompts import prompt_builder
+
+        if task not in self.builders:
+            self.builders[task] = prompt_builder(self.tokenizer, self.settings, task)
+        return self.builders[task]

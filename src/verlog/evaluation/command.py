@@ -215,6 +215,8 @@ def _make_agent(
         return OracleAgent(), learner
     assert source is not None
     settings = ModelSettings(
+        style=learner.prompt.style,
+        examples=learner.prompt.examples,
         format=learner.prompt.format,
         format_request=learner.prompt.format_request,
         max_prompt_tokens=learner.prompt.max_prompt_tokens,

@@ -132,7 +132,7 @@ class _TaskEnvs:
         return sum(slot.key is not None for slot in self.slots)
 
     def turns(self) -> list[Turn]:
-        return [Turn(s.key, s.observation, s.info) for s in self.slots if s.key is not None]
+        return [Turn(s.key, s.observation, s.info, self.task) for s in self.slots if s.key is not None]
 
     def step(
         self, answers: Mapping[str, str], on_turn: Callable[[dict[str, Any]], None] | None = None

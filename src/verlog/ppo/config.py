@@ -114,13 +114,17 @@ class ModelConfig:
 
 @dataclass
 class PromptConfig:
-    format: Literal["action", "think", "tags"] = "think"
+    style: Literal["short", "full"] = "short"
+    """Prompt style: "short" (goal, observation and action list; for small models) or "full" (BALROG's instruction)."""
+    examples: int = 1
+    """Worked turns of the game shown before the real one (0 or 1; the env's prompt_example)."""
+    format: Literal["action", "think", "tags"] = "action"
     """Answer format asked for: the bare action, "THINK: ... ACTION: ...", or <think>/<action> tags."""
     format_request: str = ""
-    """Text appended to the observation to ask for the format ("" = the default text for `format`)."""
+    """Text appended to the user message to ask for the format ("" = the style's default for `format`)."""
     max_prompt_tokens: int = 1024
     """Longest prompt; a longer one falls back to the current observation alone (counted in env/prompt_cuts)."""
-    max_response_tokens: int = 512
+    max_response_tokens: int = 64
     """Longest response in tokens (R); generation stops at EOS or here."""
 
 
@@ -247,6 +251,8 @@ class Config:
             raise ConfigError("run.samples_every and run.samples_per_family must be >= 0")
         from verlog.models.sources import BUILDS
 
+        if self.prompt.examples not in (0, 1):
+            raise ConfigError(f"prompt.examples must be 0 or 1, got {self.prompt.examples}")
         if self.model.build and self.model.build not in BUILDS:
             raise ConfigError(f"model.build must be one of {['', *BUILDS]}, got {self.model.build!r}")
         if not self.model.path and self.model.build in ("", "tiny") and not self.model.build_tiny:

@@ -28,7 +28,7 @@ from verlog.models.loading import (
     load_reference,
     load_tokenizer,
 )
-from verlog.models.prompts import PromptBuilder
+from verlog.models.prompts import prompt_builder
 from verlog.models.sources import resolve_model_path
 from verlog.models.weights import export_pretrained, full_weights, weights_checksum
 from verlog.ppo.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
@@ -122,12 +122,7 @@ class Trainer:
             seed=config.run.seed + rank * env.num_envs,
             **env.kwargs,
         )
-        prompts = PromptBuilder(
-            self.tokenizer,
-            config.prompt.format,
-            config.prompt.max_prompt_tokens,
-            config.prompt.format_request,
-        )
+        prompts = prompt_builder(self.tokenizer, config.prompt, env.id)
         self.rollout = Rollout(
             self.envs, self.sampler, prompts, binary_reward=env.binary_reward, env_id=env.id
         )

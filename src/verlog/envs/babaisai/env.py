@@ -49,6 +49,9 @@ _SYNONYMS = {
 }
 
 
+GOAL = "Win the level: move the object you control onto an object that is win; push word blocks to change the rules."
+
+
 class BabaIsAIEnv(TextEnv):
     """One BabaIsAI level family (or a mix of them) as a text env.
 
@@ -67,6 +70,11 @@ class BabaIsAIEnv(TextEnv):
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi", "rgb_array"], "render_fps": 4}
     actions: ClassVar[tuple[str, ...]] = ACTIONS
+    prompt_example: ClassVar[tuple[str, str, str]] = (
+        f"Goal: {GOAL}\nObservation:\nActive rules:\nbaba is you\nflag is win\n\nObjects on the map:\nflag 1 step to the right",
+        "The flag is win and it is one step to the right.",
+        "right",
+    )
     default_action: ClassVar[str] = "idle"
     synonyms: ClassVar[dict[str, str]] = _SYNONYMS
 
@@ -133,6 +141,9 @@ class BabaIsAIEnv(TextEnv):
 
     def _instruction(self) -> str:
         return INSTRUCTION
+
+    def _goal(self) -> str:
+        return GOAL
 
     def _progression(self) -> float:
         return 1.0 if self._won else 0.0
