@@ -92,6 +92,8 @@ class ModelConfig:
     """Critic kind: AutoModelForTokenClassification(num_labels=1), or an AutoModel backbone plus a linear head."""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     """Weights dtype; keep float32 and use ``accelerate launch --mixed_precision bf16`` for bf16 compute."""
+    mixed_precision: Literal["", "no", "bf16", "fp16"] = ""
+    """Autocast compute with float32 master weights ("" = accelerate launch's --mixed_precision; bf16 pays on CPUs with AVX512-BF16/AMX)."""
     attn_implementation: str = ""
     """Attention kernel passed to from_pretrained ("" = the transformers default)."""
     gradient_checkpointing: bool = False
@@ -182,6 +184,8 @@ class PPOConfig:
     """Discount across the tokens of one response."""
     token_lam: float = 1.0
     """GAE lambda across the tokens of one response."""
+    reuse_sampler_logprobs: bool = False
+    """Take the sampler's log-probs as the old log-probs (no actor scoring pass; transformers sampler only: same weights)."""
     kl_coef: float = 1e-3
     """Per-token KL penalty to the frozen reference, in the reward (0 = no reference model)."""
     critic_warmup_batches: int = 0

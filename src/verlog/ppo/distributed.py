@@ -168,6 +168,7 @@ def setup(
     project_dir: str,
     log_with: Sequence[str] | None = None,
     reference_engine: bool = True,
+    mixed_precision: str = "",
 ) -> Distributed:
     """Build this process's accelerators from the launch environment.
 
@@ -179,6 +180,8 @@ def setup(
 
     init_processes()
     common: dict[str, Any] = {"log_with": list(log_with) if log_with else None, "project_dir": project_dir}
+    if mixed_precision:  # else accelerate reads `accelerate launch --mixed_precision`
+        common["mixed_precision"] = mixed_precision
     if not deepspeed_requested():
         # Buffers (rotary tables) are constants: broadcasting them before every DDP forward pass would make
         # each forward collective, and processes run different numbers of them.

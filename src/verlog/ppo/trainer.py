@@ -90,6 +90,7 @@ class Trainer:
             ppo,
             project_dir=str(self.run_dir),
             log_with=config.run.trackers,
+            mixed_precision=model.mixed_precision,
             reference_engine=ppo.kl_coef > 0 and lora is None,
         )
         self.accelerator = accelerator = self.dist.actor
@@ -326,9 +327,10 @@ class Trainer:
 
     def _score(self, storage: TurnStorage, *, logprobs: bool) -> dict[str, float]:
         clock = time.perf_counter()
+        reuse = logprobs and self.config.ppo.reuse_sampler_logprobs
         score(
             storage,
-            actor=self._unwrap(self.actor) if logprobs else None,
+            actor=self._unwrap(self.actor) if logprobs and not reuse else None,
             critic=self._unwrap(self.critic),
             reference=self.reference if logprobs else None,
             temperature=self.config.sampling.temperature,
@@ -336,11 +338,13 @@ class Trainer:
             device=self.accelerator.device,
             common_count=self.dist.common_count if self.dist.lockstep else None,
         )
+        if reuse:  # the weights have not moved since sampling: the sampler's log-probs are the old ones
+            storage.old_logprobs.copy_(storage.sampler_logprobs)
         metrics = {"time/score": time.perf_counter() - clock}
         mask = storage.response_mask
         tokens = mask.sum().clamp(min=1)
         metrics["charts/value"] = float(storage.values[:-1].mean())
-        if logprobs:
+        if logprobs and not reuse:
             gap = (storage.sampler_logprobs - storage.old_logprobs).abs() * mask
             metrics["charts/sampler_logprob_gap"] = float(gap.sum() / tokens)
             if self.reference is not None:
