@@ -1,0 +1,227 @@
+"""Two machines on one host: two ``accelerate launch`` commands (machine ranks 0 and 1, one CPU process each)
+that meet on 127.0.0.1, the way a user starts a run over two machines.
+
+One run with DDP and one with DeepSpeed ZeRO-3 (gloo): one run folder in the shared ``run.output_dir``, every
+process's part in each checkpoint, metrics merged over both machines, an exact ``--resume`` with the same
+two launches, the same result as one machine with two processes; then a machine lost mid-run and a launch
+whose ``--cpu`` flag started each process alone. Every wait is bounded; a failure kills both launches.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+
+from verlog.models.tiny import build_tiny
+from verlog.ppo.checkpoint import latest_checkpoint
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = ROOT / "agents" / "accelerate"
+TIMEOUT = 600
+SMALL = [
+    "run.console=false",
+    "env.num_envs=2",
+    "ppo.turns_per_update=2",
+    "ppo.num_minibatches=2",
+    "ppo.micro_batch_tokens=1024",
+    "ppo.critic_warmup_batches=1",
+    "ppo.critic_warmup_iters=1",
+    "run.checkpoint_every=1",
+    "run.keep_checkpoints=3",
+]
+VOLATILE = ("time", "per_s")  # wall-clock figures differ between any two runs
+
+
+@pytest.fixture(scope="module")
+def model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    torch.set_num_threads(1)
+    return build_tiny(
+        tmp_path_factory.mktemp("tiny") / "model",
+        "verlog/BabyAI-GoTo-v0",
+        {"invalid_action_penalty": -0.1},
+        memory="history",
+        memory_kwargs={"turns": 2, "reasoning": True},
+    )
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Machine:
+    """One launcher (``accelerate launch`` and the processes it started, in their own process group)."""
+
+    rank: int
+    process: subprocess.Popen
+    log: Path
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        with _gone_ok():
+            os.killpg(self.process.pid, sig)
+
+
+class _gone_ok:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type | None, *_: object) -> bool:
+        return kind is ProcessLookupError
+
+
+def _env() -> dict[str, str]:
+    env = {
+        **os.environ,
+        "CUDA_VISIBLE_DEVICES": "",  # CPU processes even on a machine with GPUs
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "OMP_NUM_THREADS": "1",
+    }
+    env.pop("ACCELERATE_USE_CPU", None)  # it would make accelerate drop DeepSpeed
+    return env
+
+
+def start(
+    logs: Path, launch: list[str], args: list[str], *, machines: int = 2, ranks: tuple[int, ...] | None = None
+) -> list[Machine]:
+    """Start one ``accelerate launch`` per machine rank, all meeting on 127.0.0.1 at a free port."""
+    logs.mkdir(parents=True, exist_ok=True)
+    port = str(_free_port())
+    started = []
+    for rank in range(machines) if ranks is None else ranks:
+        command = [sys.executable, "-m", "accelerate.commands.launch", *launch]
+        if machines > 1:
+            command += [
+                "--num_machines", str(machines), "--num_processes", str(machines), "--machine_rank", str(rank),
+                "--main_process_ip", "127.0.0.1", "--main_process_port", port,
+            ]  # fmt: skip
+        else:
+            command += ["--main_process_port", port]
+        log = logs / f"machine-{rank}.log"
+        with open(log, "w") as out:
+            process = subprocess.Popen(
+                [*command, *args], cwd=ROOT, env=_env(), stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )  # fmt: skip
+        started.append(Machine(rank, process, log))
+    return started
+
+
+def finish(machines: list[Machine], timeout: float = TIMEOUT, *, expect_ok: bool = True) -> list[int]:
+    """Wait for every launcher (bounded); kill them all on a timeout or, with ``expect_ok``, on a failure."""
+    deadline = time.monotonic() + timeout
+    codes = []
+    try:
+        for machine in machines:
+            codes.append(machine.process.wait(timeout=max(1.0, deadline - time.monotonic())))
+    except subprocess.TimeoutExpired:
+        for machine in machines:
+            machine.kill()
+        pytest.fail(f"timed out after {timeout}s (a collective hang?)\n{_tails(machines)}")
+    if expect_ok and any(codes):
+        pytest.fail(f"exit codes {codes}\n{_tails(machines)}")
+    return codes
+
+
+def _tails(machines: list[Machine]) -> str:
+    return "\n".join(f"--- machine {m.rank} ---\n{m.output()[-8000:]}" for m in machines)
+
+
+def records(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def stable(record: dict) -> dict:
+    return {k: v for k, v in record.items() if not any(word in k for word in VOLATILE)}
+
+
+def actor(checkpoint: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(checkpoint / "actor" / "model.safetensors")
+
+
+def same_weights(a: Path, b: Path) -> bool:
+    x, y = actor(a), actor(b)
+    return x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
+
+
+def check_two_machine_run(out: str, run: Path, model_path: Path, *, engine: str) -> None:
+    """One run of 2 processes over both machines: its folder, metrics and checkpoints."""
+    assert f"2 process(es), {engine}" in out
+    assert [p.name for p in run.parent.iterdir() if p.name.startswith("tiny-")] == [run.name]  # one folder
+    rows = records(run)
+    assert [r["update"] for r in rows] == [0.0, 1.0, 2.0]  # critic warm-up, then two updates: once each
+    assert rows[-1]["global_step"] == 3 * 2 * 2 * 2  # 3 batches x 2 turns x 2 envs x 2 processes
+    # Episode and token counts are sums over both machines: at least each machine's own share.
+    assert all(r["charts/generated_tokens"] > 2 * 2 * 2 for r in rows)
+    final = run / "checkpoints" / "000002"
+    assert sorted(p.name for p in final.glob("trainer-*.pt")) == ["trainer-0.pt", "trainer-1.pt"]
+    assert sorted(p.name for p in final.glob("envs-*.pkl")) == ["envs-0.pkl", "envs-1.pkl"]
+    states = [torch.load(final / f"trainer-{r}.pt", weights_only=False) for r in (0, 1)]
+    assert states[0]["weights_checksum"] == states[1]["weights_checksum"]  # both machines hold the same model
+    # Disjoint seeds: each machine's envs play their own episodes (seed + rank * num_envs).
+    import pickle
+
+    seeds = [
+        [env.unwrapped.np_random_seed for env in pickle.loads((final / f"envs-{r}.pkl").read_bytes())]
+        for r in (0, 1)
+    ]
+    assert len({s for part in seeds for s in part}) == 4, seeds
+
+    from transformers import AutoModelForCausalLM
+
+    exported = AutoModelForCausalLM.from_pretrained(final / "actor")  # the consolidated actor loads
+    initial = AutoModelForCausalLM.from_pretrained(model_path)
+    assert any(not torch.equal(v, initial.state_dict()[k]) for k, v in exported.state_dict().items())
+
+
+DDP = ["--config_file", str(CONFIGS / "cpu_2proc.yaml")]
+
+
+def test_two_machines_ddp_train_resume_and_match_one_machine(tmp_path: Path, model_path: Path) -> None:
+    args = [
+        "agents/ppo.py",
+        "--config",
+        "envs/tiny.toml",
+        f"model.path={model_path}",
+        "run.total_updates=2",
+        *SMALL,
+    ]
+    shared = tmp_path / "shared"  # run.output_dir, seen by both machines
+    machines = start(tmp_path / "logs", DDP, [*args, f"run.output_dir={shared}"])
+    finish(machines)
+    run = shared / "tiny-0001"
+    check_two_machine_run(machines[0].output() + machines[1].output(), run, model_path, engine="MULTI_CPU")
+
+    # --resume with the same two launches, from a copy that stopped after logging update 2 but before its
+    # checkpoint: the resumed run logs update 2 again, once, and ends where the uninterrupted run ended.
+    resumed = tmp_path / "resumed" / "tiny-0001"
+    shutil.copytree(run, resumed)
+    shutil.rmtree(resumed / "checkpoints" / "000002")
+    finish(start(tmp_path / "logs-resume", DDP, ["agents/ppo.py", "--resume", str(resumed)]))
+    assert latest_checkpoint(resumed).name == "000002"
+    assert same_weights(run / "checkpoints" / "000002", resumed / "checkpoints" / "000002")
+    assert [stable(r) for r in records(run)] == [stable(r) for r in records(resumed)]
+
+    # One machine with two processes, same seed: same metrics and weights.
+    single = tmp_path / "single"
+    finish(start(tmp_path / "logs-single", DDP, [*args, f"run.output_dir={single}"], machines=1))
+    assert [stable(r) for r in records(run)] == [stable(r) for r in records(single / "tiny-0001")]
+    assert same_weights(run / "checkpoints" / "000002", single / "tiny-0001" / "checkpoints" / "000002")
