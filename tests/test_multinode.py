@@ -193,9 +193,15 @@ def check_two_machine_run(out: str, run: Path, model_path: Path, *, engine: str)
 
 
 DDP = ["--config_file", str(CONFIGS / "cpu_2proc.yaml")]
+# Over several machines DeepSpeed's own launcher wants a hostfile and ssh; "standard" runs torchrun per machine.
+ZERO3 = ["--config_file", str(CONFIGS / "zero3_cpu_2proc.yaml"), "--deepspeed_multinode_launcher", "standard"]
+ENGINES = {"ddp": (DDP, "MULTI_CPU"), "zero3": (ZERO3, "DeepSpeed ZeRO-3")}
 
 
-def test_two_machines_ddp_train_resume_and_match_one_machine(tmp_path: Path, model_path: Path) -> None:
+def train_resume_and_match(
+    tmp_path: Path, model_path: Path, engine: str, *, resume: bool = True, single: bool = True
+) -> None:
+    launch, name = ENGINES[engine]
     args = [
         "agents/ppo.py",
         "--config",
@@ -205,23 +211,48 @@ def test_two_machines_ddp_train_resume_and_match_one_machine(tmp_path: Path, mod
         *SMALL,
     ]
     shared = tmp_path / "shared"  # run.output_dir, seen by both machines
-    machines = start(tmp_path / "logs", DDP, [*args, f"run.output_dir={shared}"])
+    machines = start(tmp_path / "logs", launch, [*args, f"run.output_dir={shared}"])
     finish(machines)
     run = shared / "tiny-0001"
-    check_two_machine_run(machines[0].output() + machines[1].output(), run, model_path, engine="MULTI_CPU")
+    check_two_machine_run(machines[0].output() + machines[1].output(), run, model_path, engine=name)
+    if engine == "zero3":  # one engine per model, each with both machines' ZeRO shards, once
+        for part in ("state", "critic_state"):
+            shards = (run / "checkpoints" / "000002" / part / "pytorch_model").glob(
+                "zero_pp_rank_*_model_states.pt"
+            )
+            assert sorted(p.name[:14] for p in shards) == ["zero_pp_rank_0", "zero_pp_rank_1"], part
 
-    # --resume with the same two launches, from a copy that stopped after logging update 2 but before its
-    # checkpoint: the resumed run logs update 2 again, once, and ends where the uninterrupted run ended.
-    resumed = tmp_path / "resumed" / "tiny-0001"
-    shutil.copytree(run, resumed)
-    shutil.rmtree(resumed / "checkpoints" / "000002")
-    finish(start(tmp_path / "logs-resume", DDP, ["agents/ppo.py", "--resume", str(resumed)]))
-    assert latest_checkpoint(resumed).name == "000002"
-    assert same_weights(run / "checkpoints" / "000002", resumed / "checkpoints" / "000002")
-    assert [stable(r) for r in records(run)] == [stable(r) for r in records(resumed)]
+    if resume:
+        # --resume with the same two launches, from a copy that stopped after logging update 2 but before its
+        # checkpoint: the resumed run logs update 2 again, once, and ends where the uninterrupted run ended.
+        resumed = tmp_path / "resumed" / "tiny-0001"
+        shutil.copytree(run, resumed)
+        shutil.rmtree(resumed / "checkpoints" / "000002")
+        finish(start(tmp_path / "logs-resume", launch, ["agents/ppo.py", "--resume", str(resumed)]))
+        assert latest_checkpoint(resumed).name == "000002"
+        assert same_weights(run / "checkpoints" / "000002", resumed / "checkpoints" / "000002")
+        assert [stable(r) for r in records(run)] == [stable(r) for r in records(resumed)]
 
-    # One machine with two processes, same seed: same metrics and weights.
-    single = tmp_path / "single"
-    finish(start(tmp_path / "logs-single", DDP, [*args, f"run.output_dir={single}"], machines=1))
-    assert [stable(r) for r in records(run)] == [stable(r) for r in records(single / "tiny-0001")]
-    assert same_weights(run / "checkpoints" / "000002", single / "tiny-0001" / "checkpoints" / "000002")
+    if single:
+        # One machine with two processes, same seed: same metrics and weights.
+        single_dir = tmp_path / "single"
+        finish(start(tmp_path / "logs-single", launch, [*args, f"run.output_dir={single_dir}"], machines=1))
+        assert [stable(r) for r in records(run)] == [stable(r) for r in records(single_dir / "tiny-0001")]
+        assert same_weights(
+            run / "checkpoints" / "000002", single_dir / "tiny-0001" / "checkpoints" / "000002"
+        )
+
+
+def test_two_machines_ddp_train_resume_and_match_one_machine(tmp_path: Path, model_path: Path) -> None:
+    train_resume_and_match(tmp_path, model_path, "ddp")
+
+
+def test_two_machines_zero3_train_one_run(tmp_path: Path, model_path: Path) -> None:
+    pytest.importorskip("deepspeed", reason="the train extra's deepspeed is not installed")
+    train_resume_and_match(tmp_path, model_path, "zero3", resume=False, single=False)
+
+
+@pytest.mark.slow  # nox -s multinode: three more ZeRO-3 launches
+def test_two_machines_zero3_resume_and_match_one_machine(tmp_path: Path, model_path: Path) -> None:
+    pytest.importorskip("deepspeed", reason="the train extra's deepspeed is not installed")
+    train_resume_and_match(tmp_path, model_path, "zero3")
