@@ -9,8 +9,10 @@ whose ``--cpu`` flag started each process alone. Every wait is bounded; a failur
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -20,6 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
 import pytest
 import torch
 
@@ -72,17 +75,18 @@ class Machine:
     def output(self) -> str:
         return self.log.read_text(errors="replace")
 
+    def processes(self) -> list[psutil.Process]:
+        """The launcher and every process it started (torchrun gives each worker a session of its own)."""
+        try:
+            launcher = psutil.Process(self.process.pid)
+            return [launcher, *launcher.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return []
+
     def kill(self, sig: int = signal.SIGKILL) -> None:
-        with _gone_ok():
-            os.killpg(self.process.pid, sig)
-
-
-class _gone_ok:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind: type | None, *_: object) -> bool:
-        return kind is ProcessLookupError
+        for process in self.processes():
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.send_signal(sig)
 
 
 def _env() -> dict[str, str]:
@@ -97,30 +101,44 @@ def _env() -> dict[str, str]:
     return env
 
 
-def start(
-    logs: Path, launch: list[str], args: list[str], *, machines: int = 2, ranks: tuple[int, ...] | None = None
-) -> list[Machine]:
-    """Start one ``accelerate launch`` per machine rank, all meeting on 127.0.0.1 at a free port."""
+def spawn(logs: Path, rank: int, launch: list[str], args: list[str]) -> Machine:
+    """Start ``accelerate launch LAUNCH ARGS`` in the background, its output in ``logs/machine-RANK.log``."""
     logs.mkdir(parents=True, exist_ok=True)
+    log = logs / f"machine-{rank}.log"
+    with open(log, "w") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "accelerate.commands.launch", *launch, *args], cwd=ROOT, env=_env(),
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    return Machine(rank, process, log)
+
+
+def start(logs: Path, launch: list[str], args: list[str], *, machines: int = 2) -> list[Machine]:
+    """Start one ``accelerate launch`` per machine rank, all meeting on 127.0.0.1 at a free port."""
     port = str(_free_port())
-    started = []
-    for rank in range(machines) if ranks is None else ranks:
-        command = [sys.executable, "-m", "accelerate.commands.launch", *launch]
-        if machines > 1:
-            command += [
-                "--num_machines", str(machines), "--num_processes", str(machines), "--machine_rank", str(rank),
-                "--main_process_ip", "127.0.0.1", "--main_process_port", port,
-            ]  # fmt: skip
-        else:
-            command += ["--main_process_port", port]
-        log = logs / f"machine-{rank}.log"
-        with open(log, "w") as out:
-            process = subprocess.Popen(
-                [*command, *args], cwd=ROOT, env=_env(), stdout=out, stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )  # fmt: skip
-        started.append(Machine(rank, process, log))
-    return started
+    if machines == 1:
+        return [spawn(logs, 0, [*launch, "--main_process_port", port], args)]
+    return [
+        spawn(
+            logs,
+            rank,
+            [
+                *launch,
+                "--num_machines",
+                str(machines),
+                "--num_processes",
+                str(machines),
+                "--machine_rank",
+                str(rank),
+                "--main_process_ip",
+                "127.0.0.1",
+                "--main_process_port",
+                port,
+            ],
+            args,
+        )  # fmt: skip
+        for rank in range(machines)
+    ]
 
 
 def finish(machines: list[Machine], timeout: float = TIMEOUT, *, expect_ok: bool = True) -> list[int]:
@@ -135,6 +153,8 @@ def finish(machines: list[Machine], timeout: float = TIMEOUT, *, expect_ok: bool
             machine.kill()
         pytest.fail(f"timed out after {timeout}s (a collective hang?)\n{_tails(machines)}")
     if expect_ok and any(codes):
+        for machine in machines:
+            machine.kill()
         pytest.fail(f"exit codes {codes}\n{_tails(machines)}")
     return codes
 
@@ -256,3 +276,55 @@ def test_two_machines_zero3_train_one_run(tmp_path: Path, model_path: Path) -> N
 def test_two_machines_zero3_resume_and_match_one_machine(tmp_path: Path, model_path: Path) -> None:
     pytest.importorskip("deepspeed", reason="the train extra's deepspeed is not installed")
     train_resume_and_match(tmp_path, model_path, "zero3")
+
+
+def _wait_for(path: Path, machines: list[Machine], timeout: float = TIMEOUT) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if time.monotonic() > deadline or any(m.process.poll() is not None for m in machines):
+            for machine in machines:
+                machine.kill()
+            pytest.fail(f"{path} never appeared\n{_tails(machines)}")
+        time.sleep(0.5)
+
+
+@pytest.mark.parametrize(
+    "how", ["hangs", pytest.param("dies", marks=pytest.mark.slow)]
+)  # a frozen or unreachable machine, or one whose connections close
+def test_a_lost_machine_stops_the_other_with_the_resume_command(
+    tmp_path: Path, model_path: Path, how: str
+) -> None:
+    timeout = 10  # run.collective_timeout: how long machine 0 waits for a machine that stopped answering
+    shared = tmp_path / "shared"
+    args = [
+        "agents/ppo.py", "--config", "envs/tiny.toml", f"model.path={model_path}", "run.total_updates=3",
+        f"run.output_dir={shared}", f"run.collective_timeout={timeout}", *SMALL,
+    ]  # fmt: skip
+    machines = start(tmp_path / "logs", DDP, args)
+    run = shared / "tiny-0001"
+    _wait_for(run / "checkpoints" / "000001", machines)
+    survivors = machines[0].processes()
+    machines[1].kill(signal.SIGSTOP if how == "hangs" else signal.SIGKILL)
+    try:
+        [code] = finish(machines[:1], timeout=timeout + 120, expect_ok=False)
+    finally:
+        machines[1].kill()
+    assert code != 0
+    assert not [p for p in survivors if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]  # none left
+    lines = [line for line in machines[0].output().splitlines() if line.startswith("verlog: ")]
+    assert len(lines) == 1, machines[0].output()[-6000:]
+    assert "lost a peer process" in lines[0] and "resume on every machine" in lines[0]
+    command = shlex.split(lines[0].split(" with: ", 1)[1])
+    assert command[:2] == ["accelerate", "launch"] and command[-3:] == ["agents/ppo.py", "--resume", str(run)]
+
+    # The last complete checkpoint is intact: the printed command, on both machines, finishes the run.
+    assert latest_checkpoint(run) is not None
+    launch = command[2 : command.index("agents/ppo.py")]
+    at = launch.index("--machine_rank") + 1
+    machines = []
+    for rank in (0, 1):  # "each with its own --machine_rank"
+        launch[at] = str(rank)
+        machines.append(spawn(tmp_path / "logs-resume", rank, launch, command[-3:]))
+    finish(machines)
+    assert latest_checkpoint(run).name == "000003"
+    assert [r["update"] for r in records(run)] == [0.0, 1.0, 2.0, 3.0]  # each update logged once
