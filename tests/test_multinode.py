@@ -328,3 +328,27 @@ def test_a_lost_machine_stops_the_other_with_the_resume_command(
     finish(machines)
     assert latest_checkpoint(run).name == "000003"
     assert [r["update"] for r in records(run)] == [0.0, 1.0, 2.0, 3.0]  # each update logged once
+
+
+def test_a_cpu_flag_launch_that_starts_each_process_alone_stops_with_how_to_launch(tmp_path: Path) -> None:
+    """accelerate's --cpu runs one plain process per launcher, whatever --num_machines says: each would train
+    its own copy. The learner stops before it creates a run folder, saying how to launch instead."""
+    shared = tmp_path / "shared"
+    args = [
+        "agents/ppo.py",
+        "--config",
+        "envs/tiny.toml",
+        f"run.output_dir={shared}",
+        "model.path=/nonexistent",
+    ]
+    machines = start(tmp_path / "logs", ["--cpu"], args)
+    assert all(code != 0 for code in finish(machines, timeout=300, expect_ok=False))
+    for machine in machines:
+        lines = [line for line in machine.output().splitlines() if line.startswith("ppo.py: launch: ")]
+        assert len(lines) == 1, machine.output()[-4000:]
+        assert (
+            "started this process alone" in lines[0]
+            and "--config_file agents/accelerate/cpu_2proc.yaml" in lines[0]
+        )
+        assert "Traceback" not in machine.output().split(lines[0])[0]  # nothing of ours before it
+    assert not shared.exists()
