@@ -101,42 +101,45 @@ def _env() -> dict[str, str]:
     return env
 
 
-def spawn(logs: Path, rank: int, launch: list[str], args: list[str]) -> Machine:
+ACCELERATE = ["-m", "accelerate.commands.launch"]  # accelerate launch
+VERLOG = ["-m", "verlog.cli", "launch"]  # verlog launch
+
+
+def spawn(logs: Path, rank: int, launch: list[str], args: list[str], tool: list[str] = ACCELERATE) -> Machine:
     """Start ``accelerate launch LAUNCH ARGS`` in the background, its output in ``logs/machine-RANK.log``."""
     logs.mkdir(parents=True, exist_ok=True)
     log = logs / f"machine-{rank}.log"
     with open(log, "w") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "accelerate.commands.launch", *launch, *args], cwd=ROOT, env=_env(),
+            [sys.executable, *tool, *launch, *args], cwd=ROOT, env=_env(),
             stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
     return Machine(rank, process, log)
 
 
-def start(logs: Path, launch: list[str], args: list[str], *, machines: int = 2) -> list[Machine]:
+def start(
+    logs: Path, launch: list[str], args: list[str], *, machines: int = 2, tool: list[str] = ACCELERATE
+) -> list[Machine]:
     """Start one ``accelerate launch`` per machine rank, all meeting on 127.0.0.1 at a free port."""
     port = str(_free_port())
     if machines == 1:
-        return [spawn(logs, 0, [*launch, "--main_process_port", port], args)]
+        return [spawn(logs, 0, [*launch, "--main_process_port", port], args, tool)]
+    flags = [
+        "--num_machines",
+        str(machines),
+        "--num_processes",
+        str(machines),
+        "--main_process_ip",
+        "127.0.0.1",
+    ]
     return [
         spawn(
             logs,
             rank,
-            [
-                *launch,
-                "--num_machines",
-                str(machines),
-                "--num_processes",
-                str(machines),
-                "--machine_rank",
-                str(rank),
-                "--main_process_ip",
-                "127.0.0.1",
-                "--main_process_port",
-                port,
-            ],
+            [*launch, *flags, "--machine_rank", str(rank), "--main_process_port", port],
             args,
-        )  # fmt: skip
+            tool,
+        )
         for rank in range(machines)
     ]
 
@@ -290,7 +293,7 @@ def _wait_for(path: Path, machines: list[Machine], timeout: float = TIMEOUT) -> 
 
 @pytest.mark.parametrize(
     "how", ["hangs", pytest.param("dies", marks=pytest.mark.slow)]
-)  # a frozen or unreachable machine, or one whose connections close
+)  # a frozen or unreachable machine (launched with verlog launch), or one whose connections close
 def test_a_lost_machine_stops_the_other_with_the_resume_command(
     tmp_path: Path, model_path: Path, how: str
 ) -> None:
@@ -300,7 +303,8 @@ def test_a_lost_machine_stops_the_other_with_the_resume_command(
         "agents/ppo.py", "--config", "envs/tiny.toml", f"model.path={model_path}", "run.total_updates=3",
         f"run.output_dir={shared}", f"run.collective_timeout={timeout}", *SMALL,
     ]  # fmt: skip
-    machines = start(tmp_path / "logs", DDP, args)
+    tool = VERLOG if how == "hangs" else ACCELERATE
+    machines = start(tmp_path / "logs", DDP, args, tool=tool)
     run = shared / "tiny-0001"
     _wait_for(run / "checkpoints" / "000001", machines)
     survivors = machines[0].processes()
@@ -311,11 +315,17 @@ def test_a_lost_machine_stops_the_other_with_the_resume_command(
         machines[1].kill()
     assert code != 0
     assert not [p for p in survivors if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]  # none left
-    lines = [line for line in machines[0].output().splitlines() if line.startswith("verlog: ")]
-    assert len(lines) == 1, machines[0].output()[-6000:]
+    output = machines[0].output()
+    lines = [line for line in output.splitlines() if line.startswith("verlog: ")]
+    assert len(lines) == 1, output[-6000:]
     assert "lost a peer process" in lines[0] and "resume on every machine" in lines[0]
     command = shlex.split(lines[0].split(" with: ", 1)[1])
-    assert command[:2] == ["accelerate", "launch"] and command[-3:] == ["agents/ppo.py", "--resume", str(run)]
+    assert command[-3:] == ["agents/ppo.py", "--resume", str(run)]
+    if tool == VERLOG:  # the learner's line and the launcher's, no traceback
+        assert command[:2] == ["verlog", "launch"] and "Traceback" not in output, output[-6000:]
+        assert "verlog launch: agents/ppo.py failed on this machine (process 0, exit code 1)" in output
+    else:
+        assert command[:2] == ["accelerate", "launch"]
 
     # The last complete checkpoint is intact: the printed command, on both machines, finishes the run.
     assert latest_checkpoint(run) is not None
@@ -324,10 +334,34 @@ def test_a_lost_machine_stops_the_other_with_the_resume_command(
     machines = []
     for rank in (0, 1):  # "each with its own --machine_rank"
         launch[at] = str(rank)
-        machines.append(spawn(tmp_path / "logs-resume", rank, launch, command[-3:]))
+        machines.append(spawn(tmp_path / "logs-resume", rank, launch, command[-3:], tool))
     finish(machines)
     assert latest_checkpoint(run).name == "000003"
     assert [r["update"] for r in records(run)] == [0.0, 1.0, 2.0, 3.0]  # each update logged once
+
+
+def test_a_machine_that_never_joins_is_a_bounded_reported_wait(tmp_path: Path) -> None:
+    """Machine 0 whose peer never starts, and machine 1 pointed at a port where no machine 0 listens."""
+    ports = [str(_free_port()), str(_free_port())]
+    machines = [
+        spawn(tmp_path / "logs", rank, [
+            "--join_timeout", "12", "--report_every", "4", *DDP, "--num_machines", "2", "--num_processes", "2",
+            "--machine_rank", str(rank), "--main_process_ip", "127.0.0.1", "--main_process_port", ports[rank],
+        ], ["agents/ppo.py", "--config", "envs/tiny.toml", f"run.output_dir={tmp_path / 'shared'}"], VERLOG)
+        for rank in (0, 1)
+    ]  # fmt: skip
+    assert finish(machines, timeout=180, expect_ok=False) == [1, 1]
+    for machine, port in zip(machines, ports, strict=True):
+        output = machine.output()
+        waiting = [
+            line for line in output.splitlines() if f"waiting for the others at 127.0.0.1:{port}" in line
+        ]
+        gave_up = [line for line in output.splitlines() if line.startswith("verlog launch: gave up after ")]
+        assert waiting and len(gave_up) == 1, output[-4000:]
+        what = "the other machines never joined" if machine.rank == 0 else "machine 0 never answered"
+        assert f"{what} at 127.0.0.1:{port} (this is machine {machine.rank} of 2" in gave_up[0]
+        assert "Traceback" not in output  # (torch's C++ store may still log its own connection retries)
+    assert not (tmp_path / "shared").exists()
 
 
 def test_a_cpu_flag_launch_that_starts_each_process_alone_stops_with_how_to_launch(tmp_path: Path) -> None:

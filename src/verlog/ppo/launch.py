@@ -91,12 +91,13 @@ def _launcher_argv(argv: list[str]) -> list[str] | None:
     if not starts:
         return None
     head = parent[: starts[-1]]
-    for i, word in enumerate(head):
-        if word == "accelerate.commands.launch" or (
-            Path(word).name == "accelerate" and head[i + 1 : i + 2] == ["launch"]
-        ):
-            rest = head[i + 1 :] if word == "accelerate.commands.launch" else head[i + 2 :]
-            return ["accelerate", "launch", *rest]
+    for i, word in enumerate(head):  # python -m MODULE ..., or the console script (maybe run by python)
+        if word == "accelerate.commands.launch":
+            return ["accelerate", "launch", *head[i + 1 :]]
+        if (word == "verlog.cli" or Path(word).name in ("accelerate", "verlog")) and head[i + 1 : i + 2] == [
+            "launch"
+        ]:
+            return ["verlog" if "verlog" in word else "accelerate", "launch", *head[i + 2 :]]
     return None
 
 
