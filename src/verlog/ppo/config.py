@@ -63,8 +63,7 @@ class RunConfig:
     torch_threads: int = 0
     """CPU threads of torch (0 = torch's default; 1 is fastest for tiny models on a busy machine)."""
     collective_timeout: float = 600.0
-    """Seconds a process waits for the others in a collective before it stops (a lost machine): longer than
-    one process can run ahead of the rest (a checkpoint write, the slowest rollout)."""
+    """Seconds a process waits for the others in a collective before it reports a lost machine and stops."""
 
 
 @dataclass
