@@ -19,6 +19,14 @@ def tests(session: nox.Session) -> None:
 
 
 @nox.session
+def multinode(session: nox.Session) -> None:
+    """Two machines on one host (loopback), every case: the suite's, plus DeepSpeed ZeRO-3 resume and equivalence."""
+    session.run(
+        "python", "-m", "pytest", "-q", "-m", "slow or not slow", "tests/test_multinode.py", *session.posargs
+    )
+
+
+@nox.session
 def lint(session: nox.Session) -> None:
     """ruff check and ruff format --check."""
     session.run("ruff", "check", ".")

@@ -42,9 +42,18 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, OSError) as error:
         parser.error(f"config: {error}")
 
+    from verlog.ppo.launch import LaunchError, exit_on_peer_loss
     from verlog.ppo.trainer import Trainer  # torch and transformers load only once the config is good
 
-    Trainer(config, resume=args.resume).train()
+    trainer = None
+    try:
+        # A lost peer process (another machine died or hangs) ends this one with one line and the --resume command.
+        with exit_on_peer_loss(lambda: trainer.run_dir if trainer else args.resume):
+            trainer = Trainer(config, resume=args.resume)
+            trainer.train()
+    except LaunchError as error:
+        print(f"{parser.prog}: launch: {error}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -75,6 +75,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the exit code."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["launch"] and not {"-h", "--help"} & set(argv[1:2]):
+        from verlog.ppo.launcher import main as launch_main  # accelerate's flags pass through unparsed
+
+        return launch_main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         return int(args.run(args))
@@ -222,6 +227,20 @@ def _play(env: Any, console: Any, seed: int | None) -> None:
 subcommand("eval", EVAL_HELP, add_eval_arguments)(run_eval)
 subcommand("report", REPORT_HELP, add_report_arguments)(run_report)
 subcommand("models", MODELS_HELP, add_models_arguments)(run_models)
+
+
+def _launch_arguments(parser: argparse.ArgumentParser) -> None:
+    from verlog.ppo.launcher import add_launch_arguments
+
+    add_launch_arguments(parser)
+
+
+@subcommand(
+    "launch", "accelerate launch with a bounded, reported wait for the other machines.", _launch_arguments
+)
+def launch_command(args: argparse.Namespace) -> int:
+    del args  # only reached through --help: main() hands `verlog launch ...` to the launcher unparsed
+    return 0
 
 
 if __name__ == "__main__":

@@ -62,6 +62,8 @@ class RunConfig:
     """Show a progress bar and a per-update table on the console."""
     torch_threads: int = 0
     """CPU threads of torch (0 = torch's default; 1 is fastest for tiny models on a busy machine)."""
+    collective_timeout: float = 600.0
+    """Seconds a process waits for the others in a collective before it reports a lost machine and stops."""
 
 
 @dataclass
@@ -235,6 +237,7 @@ class Config:
             "prompt.max_prompt_tokens": prompt.max_prompt_tokens,
             "prompt.max_response_tokens": prompt.max_response_tokens,
             "run.keep_checkpoints": run.keep_checkpoints,
+            "run.collective_timeout": run.collective_timeout,
             "sampling.temperature": self.sampling.temperature,
         }
         for key, value in positive.items():

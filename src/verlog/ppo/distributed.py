@@ -16,6 +16,7 @@ each one pads to.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import os
 import warnings
 from collections.abc import Iterator, Sequence
@@ -69,8 +70,12 @@ def _cpu_run() -> bool:
     return _cpu_forced() or not torch.cuda.is_available()
 
 
-def init_processes() -> Any:
+def init_processes(timeout: float | None = None) -> Any:
     """accelerate's process state (``PartialState``), created with the backend this launch needs.
+
+    ``timeout``: seconds a collective waits for the other processes (``run.collective_timeout``) before it
+    fails, so a lost machine stops the run instead of hanging it (torch's default is 30 minutes). A launch
+    that started this process alone though it asked for several stops here (:func:`~verlog.ppo.launch.check_launch`).
 
     The first call fixes the backend for the whole process, so it runs before any ``Accelerator``:
     without DeepSpeed, gloo on CPUs (MULTI_CPU) and the GPU default otherwise; with DeepSpeed on CPUs,
@@ -79,6 +84,10 @@ def init_processes() -> Any:
     """
     from accelerate import PartialState
 
+    from verlog.ppo.launch import LaunchError, check_launch
+
+    check_launch()
+    kwargs = {} if timeout is None else {"timeout": datetime.timedelta(seconds=timeout)}
     warnings.filterwarnings(
         "ignore", message=r".*all_gather_into_tensor.* is deprecated", category=FutureWarning
     )
@@ -86,14 +95,14 @@ def init_processes() -> Any:
         "ignore", message=r".*reduce_scatter_tensor.* is deprecated", category=FutureWarning
     )
     if not deepspeed_requested():
-        return PartialState(cpu=_cpu_run())
+        return PartialState(cpu=_cpu_run(), **kwargs)
     if _cpu_forced():
-        raise RuntimeError(
+        raise LaunchError(
             "DeepSpeed ignores ACCELERATE_USE_CPU / --cpu: to run DeepSpeed on CPUs, launch without them "
             "(on a machine with GPUs, hide them with CUDA_VISIBLE_DEVICES=)"
         )
     _import_before_zero_init()
-    return PartialState(backend="gloo") if _cpu_run() else PartialState()
+    return PartialState(backend="gloo", **kwargs) if _cpu_run() else PartialState(**kwargs)
 
 
 @dataclass

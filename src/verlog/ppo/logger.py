@@ -40,6 +40,8 @@ class RunLogger:
         self.path = Path(run_dir) / "metrics.jsonl"
         self.progress = None
         self.rows = 0
+        if self.main and self.path.exists():  # a resumed run: what came after its checkpoint is logged again
+            _keep_until(self.path, start)
         if self.main and console:
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -114,6 +116,14 @@ class RunLogger:
         table.add_row(*cells)
         self.rows += 1
         return table
+
+
+def _keep_until(path: Path, update: int) -> None:
+    """Drop the records of updates after ``update`` (logged before a crash, but not in the checkpoint)."""
+    lines = path.read_text().splitlines(keepends=True)
+    kept = [line for line in lines if line.strip() and json.loads(line).get("update", 0) <= update]
+    if len(kept) != len(lines):
+        path.write_text("".join(kept))
 
 
 def _finite_or_none(value: float) -> float | None:

@@ -76,7 +76,7 @@ class Trainer:
             if model.lora_r
             else None
         )
-        state = init_processes()
+        state = init_processes(config.run.collective_timeout)
         self.derived = config.derive(state.num_processes)
         if resume is None:
             chosen = [
