@@ -25,6 +25,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", metavar="TOML", help="preset to start from, e.g. envs/babyai.toml")
     parser.add_argument("--resume", metavar="RUN", help="run folder to continue, e.g. runs/babyai-0001")
     parser.add_argument("--help-config", action="store_true", help="list every config key and exit")
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="show the libraries' own output (load reports, progress bars) instead of keeping it in RUN/console.log",
+    )
     parser.add_argument("overrides", nargs="*", metavar="section.key=value", help="config overrides")
     args = parser.parse_args(argv)
     if args.help_config:
@@ -42,6 +47,10 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, OSError) as error:
         parser.error(f"config: {error}")
 
+    if not args.verbose:
+        from verlog.ppo.console import quiet_console
+
+        quiet_console()
     from verlog.ppo.trainer import Trainer  # torch and transformers load only once the config is good
 
     Trainer(config, resume=args.resume).train()

@@ -33,6 +33,7 @@ from verlog.models.sources import resolve_model_path
 from verlog.models.weights import export_pretrained, full_weights, weights_checksum
 from verlog.ppo.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from verlog.ppo.config import Config
+from verlog.ppo.console import attach_run_log
 from verlog.ppo.distributed import init_processes, merge_process_metrics, setup
 from verlog.ppo.logger import RunLogger
 from verlog.ppo.rollout import Rollout, score
@@ -86,6 +87,7 @@ class Trainer:
             self.run_dir = Path(chosen[0])
         else:
             self.run_dir = Path(resume)
+        attach_run_log(self.run_dir, state.process_index)  # the libraries' notices, out of the console
         self.dist = setup(
             ppo,
             project_dir=str(self.run_dir),
