@@ -104,6 +104,7 @@ def test_two_updates_through_the_script(tmp_path: Path) -> None:
     # A quiet console: the libraries' notices and progress bars are in the run's log file, not on screen.
     shown = done.stdout + done.stderr
     assert "critic head initialised fresh" in shown
+    assert "PPO run finished" in done.stdout and f"verlog report {run_dir}" in done.stdout
     for noise in ("LOAD REPORT", "Removed shared tensor", "Setting accelerator", "it/s]"):
         assert noise not in shown, noise
     log = (run_dir / "console.log").read_text()

@@ -223,6 +223,7 @@ class Trainer:
                 last = self.update == run.total_updates
                 if last or (run.checkpoint_every and self.update % run.checkpoint_every == 0):
                     self.save()
+            self.logger.summary(updates=self.update, turns=self.global_step, env_id=self.config.env.id)
         finally:
             self.logger.close()
             self.envs.close()
