@@ -147,6 +147,8 @@ def evaluate(
         "elapsed_s": time.perf_counter() - started,
         **summarize(ordered, the_suite.tasks, {task: game_of(task) for task in the_suite.tasks}),
     }
+    if not output.can_plot():
+        notes.append(f"matplotlib is not installed: {output.PLOT_FILE} not drawn (pip install matplotlib)")
     if notes:
         summary["notes"] = notes
     if isinstance(player, OracleAgent):
