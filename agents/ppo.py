@@ -15,9 +15,11 @@ import argparse
 import sys
 from pathlib import Path
 
+from verlog.pipes import closed_pipe_ok
 from verlog.ppo.config import ConfigError, describe, load_config
 
 
+@closed_pipe_ok
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter

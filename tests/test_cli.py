@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from importlib.metadata import entry_points
+from pathlib import Path
 from typing import ClassVar
 
 import gymnasium as gym
@@ -215,3 +216,20 @@ def test_eval_command_scores_a_baseline(tmp_path) -> None:
     samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     assert len(samples) == 2 and {s["source"] for s in samples} == {"eval"}  # 2 turns of the one task
     assert all(s["prompt"] and s["env_id"] == "verlog/BabyAI-GoTo-v0" for s in samples)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["agents/ppo.py", "--help-config"], ["-m", "verlog.cli", "list"], ["-m", "verlog.report", "--help"]],
+)
+def test_a_reader_that_leaves_early_is_not_an_error(command: list[str]) -> None:
+    """``... | head``: the pipe is closed before the command writes; it stops quietly, status 0."""
+    root = Path(__file__).resolve().parents[1]
+    process = subprocess.Popen(
+        [sys.executable, *command], cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert process.stdout is not None
+    process.stdout.close()  # the reader is gone before the first line
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 0, err.decode(errors="replace")
+    assert b"BrokenPipeError" not in err and b"Traceback" not in err

@@ -15,7 +15,6 @@ its arguments; ``main`` builds the argparse parser from the registry. To add one
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from typing import Any
 from verlog.evaluation.command import EVAL_HELP, add_eval_arguments, run_eval
 from verlog.memory import MEMORIES
 from verlog.models.command import MODELS_HELP, add_models_arguments, run_models
+from verlog.pipes import closed_pipe_ok
 from verlog.report import REPORT_HELP, add_report_arguments, run_report
 
 __all__ = ["COMMANDS", "Command", "build_parser", "main", "subcommand"]
@@ -73,14 +73,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@closed_pipe_ok
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the exit code."""
     args = build_parser().parse_args(argv)
-    try:
-        return int(args.run(args))
-    except BrokenPipeError:  # `verlog list | head`: the reader left early, which is not an error
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+    return int(args.run(args))
 
 
 # ---------------------------------------------------------------------------------------------- verlog list

@@ -7,6 +7,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from verlog.pipes import closed_pipe_ok
 from verlog.report import plots
 from verlog.report.build import PlotsWouldBeLost, _write_report
 from verlog.report.markdown import _lines_word
@@ -69,6 +70,7 @@ def run_report(args: argparse.Namespace) -> int:
     return 0
 
 
+@closed_pipe_ok
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m verlog.report RUN``."""
     parser = argparse.ArgumentParser(prog="python -m verlog.report", description=REPORT_HELP)
