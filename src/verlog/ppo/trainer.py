@@ -236,7 +236,8 @@ class Trainer:
         start = time.perf_counter()
         self.sampler.update_weights()
         every = cfg.run.samples_every
-        turns: list[dict[str, Any]] | None = [] if every and self.update % every == 0 else None
+        # Numbered as logged (update 1 is the first): samples of update k, 2k, ... and so of the last.
+        turns: list[dict[str, Any]] | None = [] if every and (self.update + 1) % every == 0 else None
         metrics = self.rollout.collect(self.storage, samples=turns)
         self.sampler.offload()
         metrics.update(self._score(self.storage, logprobs=True))
@@ -252,10 +253,10 @@ class Trainer:
         metrics.update(self._ppo(self.storage, train_actor=True))
         metrics["time/update"] = time.perf_counter() - clock
         self.storage.after_update()
-        if turns is not None:
-            self._write_samples(turns)
         self.update += 1
         self.global_step += self.derived.global_batch_turns
+        if turns is not None:
+            self._write_samples(turns)
         elapsed = time.perf_counter() - start
         metrics["time/total"] = elapsed
         # Rates over all processes: turns are the global batch (averaged below), tokens this process's (summed).
