@@ -13,7 +13,7 @@ import pytest
 
 from verlog.evaluation import evaluate, mean_se, summarize
 from verlog.evaluation.agents import EvalError, OracleAgent, Turn, resolve_model
-from verlog.evaluation.command import add_eval_command, main, run_eval
+from verlog.evaluation.command import add_eval_command, default_out, main, run_eval
 from verlog.evaluation.runner import EpisodeLog
 from verlog.evaluation.scoring import overall
 from verlog.evaluation.suites import episode_seed, game_of, resolve_suite, short_name
@@ -86,6 +86,13 @@ def test_suites_and_episode_seeds() -> None:
     assert len(babyai.tasks) == 5 and babyai.default_episodes == 10
     assert all(gym.spec(t) for t in babyai.tasks)
     assert resolve_suite(f"{GOTO}, {PICKUP}").tasks == (GOTO, PICKUP)
+    # comma-separated suites get folders of their own: named after their ids, or a hash when many
+    pair = resolve_suite(f"{GOTO}, {PICKUP}")
+    assert pair.name == "BabyAI-GoTo+BabyAI-Pickup"
+    assert default_out("random", pair.name, 0) == Path("runs/eval/random-BabyAI-GoTo_BabyAI-Pickup-s0")
+    babyai_ids, babaisai_ids = resolve_suite("babyai").tasks, resolve_suite("babaisai").tasks[:5]
+    long_names = {resolve_suite(list(ids)).name for ids in (babyai_ids, babaisai_ids)}
+    assert len(long_names) == 2 and all(n.startswith("5-tasks-") for n in long_names)
     with pytest.raises(gym.error.UnregisteredEnv, match="BabyAI-GoTo-v0"):
         resolve_suite("verlog/BabyAI-Goto-v0")
     assert game_of("verlog/BabaIsAI-goto_win-distr_obj-v0") == "babaisai"
