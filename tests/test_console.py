@@ -82,3 +82,44 @@ def test_the_run_ends_on_a_summary_panel(tmp_path: Path, monkeypatch: pytest.Mon
     assert "  verlog report runs/tiny-0001\n" in text
     assert "  verlog eval runs/tiny-0001 --suite verlog/BabyAI-GoTo-v0 --episodes 10\n" in text
     assert "PPO ━" not in text.splitlines()[-1]  # not the progress bar
+
+
+QUIET_SCRIPT = """
+import logging, sys, warnings
+from verlog.ppo.console import attach_run_log, quiet_console
+
+quiet_console()
+ds = logging.getLogger("DeepSpeed")  # as DeepSpeed does at import: its own stdout handler, no propagation
+ds.addHandler(logging.StreamHandler(sys.stdout))
+ds.propagate = False
+ds.warning("Setting accelerator to CPU.")
+logging.getLogger("transformers.modeling_utils").warning("LOAD REPORT score.weight MISSING")
+logging.getLogger("accelerate.utils.other").error("a real error")
+warnings.warn_explicit("is deprecated", FutureWarning, "/site-packages/somelib/x.py", 1)
+logging.getLogger("verlog").info("critic head initialised fresh")
+attach_run_log(sys.argv[1])
+logging.getLogger("accelerate.utils.other").warning("Removed shared tensor")
+"""
+
+
+def test_the_libraries_notices_go_to_the_run_log(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", QUIET_SCRIPT, str(tmp_path)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    shown = done.stdout + done.stderr
+    assert "critic head initialised fresh" in shown and "a real error" in shown  # verlog's line, errors
+    for noise in ("Setting accelerator", "LOAD REPORT", "is deprecated", "Removed shared tensor"):
+        assert noise not in shown, noise
+    log = (tmp_path / "console.log").read_text()
+    for line in (
+        "Setting accelerator",
+        "LOAD REPORT",
+        "a real error",
+        "is deprecated",
+        "Removed shared tensor",
+    ):
+        assert line in log, line  # what came before the run folder existed too

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -73,15 +74,24 @@ class _Divert(logging.Filter):
         self.handler = handler
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno >= self.handler.level:
-            self.handler.handle(record)
+        self.handler.handle(record)
+        if record.levelno >= logging.ERROR:
+            _ERRORS.handle(record)
         return False
 
 
+#: The libraries' errors (not their notices) still reach the console as well as the log.
+_ERRORS = logging.StreamHandler(sys.stderr)
+_ERRORS.setLevel(logging.ERROR)
+
+
 class _VerlogLine(logging.Handler):
-    """verlog's own notices: one plain line each on the console (above a live rich progress bar)."""
+    """verlog's own notices: one plain line each on the console (above a live rich progress bar), from
+    the main process only (every process loads the models; one line says it)."""
 
     def emit(self, record: logging.LogRecord) -> None:
+        if os.environ.get("RANK", "0") != "0":
+            return
         print(record.getMessage(), file=sys.stderr, flush=True)
 
 
@@ -99,6 +109,7 @@ def quiet_console() -> None:
         logger = logging.getLogger(name)
         logger.addFilter(divert)  # records made on this very logger (DeepSpeed's)
         logger.addHandler(handler)  # records from its children that propagate up
+        logger.addHandler(_ERRORS)
         logger.propagate = False
     try:  # transformers keeps its own stderr handler on its library logger
         from transformers.utils import logging as hf_logging
