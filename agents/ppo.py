@@ -15,9 +15,11 @@ import argparse
 import sys
 from pathlib import Path
 
+from verlog.pipes import closed_pipe_ok
 from verlog.ppo.config import ConfigError, describe, load_config
 
 
+@closed_pipe_ok
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -25,6 +27,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", metavar="TOML", help="preset to start from, e.g. envs/babyai.toml")
     parser.add_argument("--resume", metavar="RUN", help="run folder to continue, e.g. runs/babyai-0001")
     parser.add_argument("--help-config", action="store_true", help="list every config key and exit")
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="show the libraries' own output (load reports, progress bars) instead of keeping it in RUN/console.log",
+    )
     parser.add_argument("overrides", nargs="*", metavar="section.key=value", help="config overrides")
     args = parser.parse_args(argv)
     if args.help_config:
@@ -42,6 +49,10 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, OSError) as error:
         parser.error(f"config: {error}")
 
+    if not args.verbose:
+        from verlog.ppo.console import quiet_console
+
+        quiet_console()
     from verlog.ppo.launch import LaunchError, exit_on_peer_loss
     from verlog.ppo.trainer import Trainer  # torch and transformers load only once the config is good
 

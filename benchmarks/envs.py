@@ -31,6 +31,7 @@ from rich.table import Table
 
 import verlog
 from verlog.memory import wrap_memory
+from verlog.pipes import closed_pipe_ok
 
 RESULTS = Path(__file__).parent / "results" / "envs.json"
 TEXT_OVER_RAW_TARGET = 0.8
@@ -261,6 +262,7 @@ def report(results: dict[str, Any], console: Console) -> None:
     )
 
 
+@closed_pipe_ok
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="shorter measurements (~20 s in all)")

@@ -32,6 +32,7 @@ from rich.console import Console
 from rich.table import Table
 
 from verlog.evaluation.output import machine
+from verlog.pipes import closed_pipe_ok
 from verlog.ppo.returns import dual_discount_gae, dual_discount_gae_loop
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -145,6 +146,7 @@ def plot(rows: list[dict[str, object]], path: Path) -> None:
     plt.close(fig)
 
 
+@closed_pipe_ok
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")

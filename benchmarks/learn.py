@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from verlog.evaluation import output
+from verlog.pipes import closed_pipe_ok
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -155,6 +156,7 @@ def machine() -> dict[str, Any]:
     return output.machine()
 
 
+@closed_pipe_ok
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter

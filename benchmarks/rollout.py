@@ -37,6 +37,7 @@ from verlog.evaluation.output import machine
 from verlog.models.loading import load_models
 from verlog.models.prompts import PromptBuilder
 from verlog.models.sources import resolve_model_path
+from verlog.pipes import closed_pipe_ok
 from verlog.ppo.config import Config, ConfigError, load_config
 from verlog.ppo.rollout import Rollout
 from verlog.ppo.sampling import TransformersSampler
@@ -163,6 +164,7 @@ def plot(rows: Sequence[dict[str, Any]], path: Path, title: str) -> None:
     fig.savefig(path, dpi=120)
 
 
+@closed_pipe_ok
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter

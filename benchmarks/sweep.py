@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from verlog.pipes import closed_pipe_ok
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10 ships no TOML reader
@@ -307,6 +309,7 @@ def write_tables(
 
 
 # ---------------------------------------------------------------------------------------------- main
+@closed_pipe_ok
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter

@@ -36,6 +36,7 @@ from rich.console import Console
 from rich.table import Table
 
 from verlog.evaluation.output import machine
+from verlog.pipes import closed_pipe_ok
 from verlog.ppo.config import Config, ConfigError, load_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -140,6 +141,7 @@ def build_real(tokenizer_from: str, folder: Path, layers: int) -> Path:
     return folder
 
 
+@closed_pipe_ok
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter

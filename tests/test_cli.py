@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from importlib.metadata import entry_points
+from pathlib import Path
 from typing import ClassVar
 
 import gymnasium as gym
@@ -69,7 +70,7 @@ def test_play_a_whole_episode_then_another(
     first.reset(seed=0)
     moves = ["left" if first._target < first._position else "right"] * abs(first._target - first._position)
     typed = "\n".join(["dance", "3", *moves, "y", "2", ""])  # EOF in episode 2
-    out = _play(monkeypatch, capsys, typed, TOY_ID, "--seed", "0")
+    out = _play(monkeypatch, capsys, typed, TOY_ID, "--seed", "0", "--raw")  # --raw: 'dance' is sent
     assert "Instruction" in out and "Walk to the target T." in out
     assert "Observation (step 0)" in out and "You are at" in out
     assert "Valid actions: 1 left  2 right  3 wait" in out
@@ -79,6 +80,62 @@ def test_play_a_whole_episode_then_another(
     assert "progression 1.00" in out
     assert "Episode 2" in out and "Bye." in out
     assert "Traceback" not in out
+
+
+def test_play_asks_again_instead_of_spending_a_step(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    typed = "\n".join(["", "7", "dance", "\x1b[A", "EAST", ""])  # EOF after one real step
+    out = _play(monkeypatch, capsys, typed, TOY_ID, "--seed", "0")
+    assert "type an action or its number; Valid actions: 1 left  2 right  3 wait" in out
+    assert "there is no action 7: choose 1 to 3" in out
+    assert "'dance' is not an action of this game" in out
+    assert "arrow and function keys are not actions" in out
+    assert "Observation (step 1)" in out and "Observation (step 2)" not in out  # one step: EAST
+    assert "is not a valid action" not in out
+
+
+def test_play_on_a_terminal_edits_lines_and_recalls_history() -> None:
+    """A pseudo-terminal, as a person has: the up arrow recalls the last line (readline), it never reaches
+    the env as an escape sequence, and a typo asks again."""
+    import pty
+
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: verlog play on the terminal
+        os.environ.update(COLUMNS="100", NO_COLOR="1", TERM="xterm")
+        os.execv(
+            sys.executable,
+            [sys.executable, "-m", "verlog.cli", "play", "verlog/BabyAI-GoTo-v0", "--seed", "0"],
+        )
+    out = b""
+
+    def read_until(marker: bytes, count: int) -> None:
+        nonlocal out
+        deadline = time.monotonic() + 60
+        while out.count(marker) < count and time.monotonic() < deadline:
+            try:
+                out += os.read(fd, 4096)
+            except OSError:
+                break
+        assert out.count(marker) >= count, out.decode(errors="replace")[-2000:]
+
+    try:
+        read_until(b"Your action", 1)
+        os.write(fd, b"trun left\r")  # a typo: asked again, no step
+        read_until(b"Your action", 2)
+        os.write(fd, b"\x1b[A\x1b[D\x1b[D\x1b[D\x1b[D\x1b[D\x1b[D\x7f\x7fur\r")  # recall, fix it
+        read_until(b"Observation (step 1)", 1)
+        os.write(fd, b"\x1b[A\r")  # the up arrow again: 'turn left' once more
+        read_until(b"Observation (step 2)", 1)
+        os.write(fd, b"\x04")  # Ctrl-D
+        read_until(b"Bye.", 1)
+    finally:
+        _, status = os.waitpid(pid, 0)
+        os.close(fd)
+    text = out.decode(errors="replace")
+    assert os.waitstatus_to_exitcode(status) == 0, text[-2000:]
+    assert "'trun left' is not an action of this game" in text
+    assert "is not a valid action" not in text and "Traceback" not in text
 
 
 def test_play_with_memory_and_a_step_limit(
@@ -159,3 +216,20 @@ def test_eval_command_scores_a_baseline(tmp_path) -> None:
     samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     assert len(samples) == 2 and {s["source"] for s in samples} == {"eval"}  # 2 turns of the one task
     assert all(s["prompt"] and s["env_id"] == "verlog/BabyAI-GoTo-v0" for s in samples)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["agents/ppo.py", "--help-config"], ["-m", "verlog.cli", "list"], ["-m", "verlog.report", "--help"]],
+)
+def test_a_reader_that_leaves_early_is_not_an_error(command: list[str]) -> None:
+    """``... | head``: the pipe is closed before the command writes; it stops quietly, status 0."""
+    root = Path(__file__).resolve().parents[1]
+    process = subprocess.Popen(
+        [sys.executable, *command], cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert process.stdout is not None
+    process.stdout.close()  # the reader is gone before the first line
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 0, err.decode(errors="replace")
+    assert b"BrokenPipeError" not in err and b"Traceback" not in err

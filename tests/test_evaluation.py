@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 
 import gymnasium as gym
@@ -12,7 +13,7 @@ import pytest
 
 from verlog.evaluation import evaluate, mean_se, summarize
 from verlog.evaluation.agents import EvalError, OracleAgent, Turn, resolve_model
-from verlog.evaluation.command import add_eval_command, run_eval
+from verlog.evaluation.command import add_eval_command, default_out, main, run_eval
 from verlog.evaluation.runner import EpisodeLog
 from verlog.evaluation.scoring import overall
 from verlog.evaluation.suites import episode_seed, game_of, resolve_suite, short_name
@@ -85,6 +86,13 @@ def test_suites_and_episode_seeds() -> None:
     assert len(babyai.tasks) == 5 and babyai.default_episodes == 10
     assert all(gym.spec(t) for t in babyai.tasks)
     assert resolve_suite(f"{GOTO}, {PICKUP}").tasks == (GOTO, PICKUP)
+    # comma-separated suites get folders of their own: named after their ids, or a hash when many
+    pair = resolve_suite(f"{GOTO}, {PICKUP}")
+    assert pair.name == "BabyAI-GoTo+BabyAI-Pickup"
+    assert default_out("random", pair.name, 0) == Path("runs/eval/random-BabyAI-GoTo_BabyAI-Pickup-s0")
+    babyai_ids, babaisai_ids = resolve_suite("babyai").tasks, resolve_suite("babaisai").tasks[:5]
+    long_names = {resolve_suite(list(ids)).name for ids in (babyai_ids, babaisai_ids)}
+    assert len(long_names) == 2 and all(n.startswith("5-tasks-") for n in long_names)
     with pytest.raises(gym.error.UnregisteredEnv, match="BabyAI-GoTo-v0"):
         resolve_suite("verlog/BabyAI-Goto-v0")
     assert game_of("verlog/BabaIsAI-goto_win-distr_obj-v0") == "babaisai"
@@ -168,6 +176,16 @@ def test_episode_log_skips_bad_lines_and_repairs_a_cut_tail(tmp_path: Path) -> N
     assert log.bad_lines == 2 and log.repaired
     log.append(good)
     assert path.read_text().endswith("}\n" + json.dumps(good) + "\n")
+
+
+def test_without_matplotlib_the_scores_plot_is_said_to_be_skipped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
+    out = tmp_path / "no-mpl"
+    assert main(["random", "--suite", GOTO, "--episodes", "1", "--out", str(out), "--quiet"]) == 0
+    assert "matplotlib is not installed: scores.png not drawn" in capsys.readouterr().err
+    assert (out / "summary.json").is_file() and not (out / "scores.png").exists()
 
 
 def test_cli_command_and_its_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -101,6 +101,14 @@ def test_two_updates_through_the_script(tmp_path: Path) -> None:
     assert (run_dir / "checkpoints" / "000002" / "actor" / "config.json").is_file()
     assert load_config(run_dir / "config.toml").run.total_updates == 2
     assert "pg_loss" in done.stdout  # the console table
+    # A quiet console: the libraries' notices and progress bars are in the run's log file, not on screen.
+    shown = done.stdout + done.stderr
+    assert "critic head initialised fresh" in shown
+    assert "PPO run finished" in done.stdout and f"verlog report {run_dir}" in done.stdout
+    for noise in ("LOAD REPORT", "Removed shared tensor", "Setting accelerator", "it/s]"):
+        assert noise not in shown, noise
+    log = (run_dir / "console.log").read_text()
+    assert "LOAD REPORT" in log and "Removed shared tensor" in log
 
 
 def test_resume_continues_exactly(tmp_path: Path, model_path: Path) -> None:

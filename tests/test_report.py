@@ -293,3 +293,54 @@ def test_without_matplotlib_the_tables_remain(tmp_path: Path, monkeypatch: pytes
     md = write_report(run).read_text()
     assert "matplotlib is not installed: plots omitted" in md
     assert image_links(md) == [] and "### Main charts" in md and "#### update 10 " in md
+
+
+def test_critic_warmup_rows_are_kept_and_not_called_a_resume(tmp_path: Path) -> None:
+    lines = [
+        {"update": 0, "global_step": 64, "warmup/iteration": 1.0, "losses/value_loss": 0.5},
+        {"update": 0, "global_step": 64, "warmup/iteration": 2.0, "losses/value_loss": 0.3},
+        metrics_record(1),
+        metrics_record(2),
+    ]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    log = read_metrics(tmp_path / "metrics.jsonl")
+    assert log.relogged == [] and log.updates == 2 and log.warmup_rows == 2
+    assert list(log.column("losses/value_loss"))[:2] == [0.5, 0.3]  # both iterations, in order
+    assert log.x()[0] == "update"  # the number the console shows
+    md = write_report(tmp_path, plots=False).read_text()
+    assert "logged again" not in md
+    assert "| updates | 2 (last: update 2), after 2 critic warm-up iterations |" in md
+
+
+def test_without_matplotlib_a_report_with_plots_is_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import verlog.report
+
+    run = make_run(tmp_path, 2, garbage=False, with_samples=False)
+    assert main([str(run)]) == 0
+    before = (run / "report.md").read_text()
+    plots = sorted(p.name for p in (run / "report").glob("*.png"))
+    assert plots
+    capsys.readouterr()
+    monkeypatch.setattr(verlog.report.plots, "_have_matplotlib", lambda: False)
+    assert main([str(run)]) == 1
+    assert "matplotlib is not installed" in capsys.readouterr().err
+    assert (run / "report.md").read_text() == before
+    assert sorted(p.name for p in (run / "report").glob("*.png")) == plots
+    fresh = make_run(tmp_path / "fresh", 2, garbage=False, with_samples=False)
+    assert main([str(fresh)]) == 0
+    assert "matplotlib is not installed: plots omitted" in capsys.readouterr().err
+
+
+def test_a_single_point_is_a_marker_between_two_ticks() -> None:
+    import numpy as np
+    from matplotlib.figure import Figure
+
+    from verlog.report.plots import _draw_lines
+
+    ax = Figure().subplots()
+    _draw_lines(ax, np.array([1.0]), [("all", np.array([0.5]))], "update", "success")
+    (line,) = ax.get_lines()
+    assert line.get_marker() == "o"
+    assert ax.get_xlim() == (0.0, 2.0)

@@ -76,7 +76,10 @@ def test_tensorboard_holds_the_metrics_and_the_sampled_turns(tmp_path: Path, mod
     assert any(tag.startswith("samples") for tag in texts), texts
 
     samples = read_samples(run_dir / "samples.jsonl").records
-    assert [s["update"] for s in samples] == [0, 0, 1, 1]  # two turns per update from the one family
+    # two turns per update from the one family, numbered as metrics.jsonl numbers them: the last one too
+    assert [s["update"] for s in samples] == [1, 1, 2, 2]
+    steps = {r["update"]: r["global_step"] for r in records}
+    assert all(s["global_step"] == steps[s["update"]] for s in samples)
     assert all(s["source"] == "train" and s["prompt"].startswith("<|im_start|>system") for s in samples)
     assert all(s["env_id"] == TOY_ID and s["action"] in ("left", "right", "wait") for s in samples)
 

@@ -15,7 +15,6 @@ its arguments; ``main`` builds the argparse parser from the registry. To add one
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from typing import Any
 from verlog.evaluation.command import EVAL_HELP, add_eval_arguments, run_eval
 from verlog.memory import MEMORIES
 from verlog.models.command import MODELS_HELP, add_models_arguments, run_models
+from verlog.pipes import closed_pipe_ok
 from verlog.report import REPORT_HELP, add_report_arguments, run_report
 
 __all__ = ["COMMANDS", "Command", "build_parser", "main", "subcommand"]
@@ -73,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@closed_pipe_ok
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the exit code."""
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -81,11 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return launch_main(argv[1:])
     args = build_parser().parse_args(argv)
-    try:
-        return int(args.run(args))
-    except BrokenPipeError:  # `verlog list | head`: the reader left early, which is not an error
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+    return int(args.run(args))
 
 
 # ---------------------------------------------------------------------------------------------- verlog list
@@ -122,6 +119,11 @@ def _play_arguments(parser: argparse.ArgumentParser) -> None:
         choices=sorted(MEMORIES),
         help="show the observation the way this memory wrapper gives it to an agent",
     )
+    parser.add_argument(
+        "--raw",
+        action="store_true",
+        help="send exactly what is typed, even an empty or unparsable line (to try the env's parser)",
+    )
 
 
 @subcommand("play", "Play an env yourself in the terminal.", _play_arguments)
@@ -135,7 +137,9 @@ def play_command(args: argparse.Namespace) -> int:
         console.print(f"[bold red]Cannot make {args.env_id}:[/] {type(error).__name__}: {error}")
         return 2
     try:
-        _play(env, console, args.seed)
+        if sys.stdin.isatty():
+            import readline  # noqa: F401  (line editing and history for input(); arrow keys stay with it)
+        _play(env, console, args.seed, args.raw)
     except (EOFError, KeyboardInterrupt):
         console.print("\n[dim]Bye.[/]")
     finally:
@@ -168,7 +172,51 @@ def _frame(env: Any, shown: str) -> str | None:
     return frame
 
 
-def _play(env: Any, console: Any, seed: int | None) -> None:
+def _listed(actions: list[str]) -> str:
+    from rich.markup import escape
+
+    return "Valid actions: " + "  ".join(f"[bold]{i}[/] {escape(a)}" for i, a in enumerate(actions, 1))
+
+
+def _prompt(console: Any) -> str:
+    """The prompt as input() takes it: readline must know its length to redraw a recalled line, so colour
+    codes are wrapped in \\001 ... \\002 (zero width), and only on a terminal."""
+    text = "Your action (text or number; Ctrl-D quits): "
+    if not console.is_terminal or console.no_color:
+        return text
+    return "\001\x1b[1;32m\002Your action\001\x1b[0m\002" + text.removeprefix("Your action")
+
+
+def _ask(console: Any, env: Any, actions: list[str], raw: bool) -> str:
+    """One line from the player. Unless ``raw``, a line that names no action (empty, a number out of
+    range, a typo, a stray escape sequence) is answered with the valid actions and asked again, so it
+    never spends a step."""
+    from rich.markup import escape
+
+    parse = getattr(env.unwrapped, "parse", None)
+    while True:
+        typed = input(_prompt(console))
+        if raw:
+            return typed
+        text = typed.strip()
+        if text.isdigit() and actions:
+            if 0 < int(text) <= len(actions):
+                return text
+            problem = f"there is no action {text}: choose 1 to {len(actions)}"
+        elif not text:
+            problem = "type an action or its number"
+        elif "\x1b" in text:
+            problem = "arrow and function keys are not actions"
+        elif parse is not None and parse(text).valid:
+            return text
+        elif parse is None and (not actions or text in actions):
+            return text
+        else:
+            problem = f"'{escape(text)}' is not an action of this game"
+        console.print(f"[yellow]{problem}[/]" + (f"; {_listed(actions)}" if actions else ""))
+
+
+def _play(env: Any, console: Any, seed: int | None, raw: bool = False) -> None:
     from rich.markup import escape
     from rich.panel import Panel
 
@@ -188,9 +236,8 @@ def _play(env: Any, console: Any, seed: int | None) -> None:
             console.print(Panel(escape(obs), title=f"Observation (step {steps})", border_style="cyan"))
             actions = list(info.get("valid_actions", []))
             if actions:
-                listed = "  ".join(f"[bold]{i}[/] {escape(a)}" for i, a in enumerate(actions, 1))
-                console.print(f"Valid actions: {listed}")
-            typed = console.input("[bold green]Your action[/] (text or number; Ctrl-D quits): ")
+                console.print(_listed(actions))
+            typed = _ask(console, env, actions, raw)
             action = (
                 actions[int(typed) - 1]
                 if typed.strip().isdigit() and 0 < int(typed) <= len(actions)

@@ -42,6 +42,7 @@ from verlog.evaluation.agents import (
 from verlog.evaluation.runner import EnvSettings, EpisodeLog, play
 from verlog.evaluation.scoring import summarize
 from verlog.evaluation.suites import episode_seed, game_of, resolve_suite
+from verlog.pipes import closed_pipe_ok
 from verlog.samples import SampleWriter, TurnSample, pick_turns
 
 __all__ = ["EVAL_HELP", "add_eval_arguments", "add_eval_command", "evaluate", "main", "run_eval"]
@@ -147,6 +148,8 @@ def evaluate(
         "elapsed_s": time.perf_counter() - started,
         **summarize(ordered, the_suite.tasks, {task: game_of(task) for task in the_suite.tasks}),
     }
+    if not output.can_plot():
+        notes.append(f"matplotlib is not installed: {output.PLOT_FILE} not drawn (pip install matplotlib)")
     if notes:
         summary["notes"] = notes
     if isinstance(player, OracleAgent):
@@ -400,6 +403,7 @@ def run_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+@closed_pipe_ok
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m verlog.evaluation`` / ``agents/evaluate.py``."""
     parser = argparse.ArgumentParser(

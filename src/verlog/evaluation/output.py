@@ -100,12 +100,21 @@ def markdown(summary: dict[str, Any]) -> str:
     return title + "\n".join(rows) + note
 
 
-def plot(summary: dict[str, Any], path: Path) -> bool:
-    """Horizontal bars of task, game and overall scores with SE error bars; False without matplotlib."""
+def can_plot() -> bool:
+    """matplotlib is importable (it is in the ``train`` extra, not in the core install)."""
     try:
-        from matplotlib.figure import Figure
+        import matplotlib  # noqa: F401
     except ImportError:
         return False
+    return True
+
+
+def plot(summary: dict[str, Any], path: Path) -> bool:
+    """Horizontal bars of task, game and overall scores with SE error bars; False without matplotlib."""
+    if not can_plot():
+        return False
+    from matplotlib.figure import Figure
+
     labels, values, errors, colors = [], [], [], []
     palette = ("tab:blue", "tab:orange", "tab:green", "tab:purple", "tab:brown", "tab:olive")
     game_color = {game: palette[i % len(palette)] for i, game in enumerate(summary["games"])}

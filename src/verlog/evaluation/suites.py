@@ -67,7 +67,7 @@ def resolve_suite(spec: str | Sequence[str]) -> Suite:
         tasks = tuple(dict.fromkeys(item.strip() for item in items if item.strip()))
         if not tasks:
             raise ValueError("the suite names no env id")
-        name = "custom" if len(tasks) > 1 else short_name(tasks[0])
+        name = _custom_name(tasks)
     missing = [task for task in tasks if task not in gym.registry]
     if missing:
         import difflib
@@ -81,6 +81,16 @@ def resolve_suite(spec: str | Sequence[str]) -> Suite:
     games = {game_of(task) for task in tasks}
     default = DEFAULT_EPISODES[games.pop()] if len(games) == 1 and games <= set(DEFAULT_EPISODES) else 10
     return Suite(name, tasks, default)
+
+
+def _custom_name(tasks: Sequence[str]) -> str:
+    """A list of ids named after them (``BabyAI-GoTo+BabyAI-Pickup``), or, when that is long, their count
+    and a hash: two different lists never share an output folder."""
+    joined = "+".join(short_name(task) for task in tasks)
+    if len(joined) <= 60:
+        return joined
+    digest = hashlib.sha1("\n".join(tasks).encode()).hexdigest()[:8]
+    return f"{len(tasks)}-tasks-{digest}"
 
 
 def game_of(env_id: str) -> str:

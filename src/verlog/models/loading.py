@@ -9,6 +9,7 @@ With LoRA the reference is the actor with its adapters off (:class:`AdapterDisab
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -192,7 +193,11 @@ def _from_pretrained(kind: str, path: str, dtype: str, attn_implementation: str)
         kwargs["attn_implementation"] = attn_implementation
     if kind == "token_classification":
         kwargs["num_labels"] = 1
-    return mapping[type(config)].from_pretrained(path, **kwargs)
+    model, info = mapping[type(config)].from_pretrained(path, output_loading_info=True, **kwargs)
+    fresh = sorted(info.get("missing_keys", ()))
+    if kind == "token_classification" and fresh:  # expected: a chat model has no value head yet
+        logging.getLogger("verlog").info(f"critic head initialised fresh ({', '.join(fresh)} not in {path})")
+    return model
 
 
 def _finish(

@@ -5,57 +5,94 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from pathlib import Path
 from typing import Any
 
 __all__ = ["COLUMNS", "RunLogger"]
 
-#: The console table: (metric, header, format). Every name is the one used in metrics.jsonl and trackers.
+#: The console table: (metric, header, format, priority). Every name is the one used in metrics.jsonl and
+#: trackers. Priority 0 columns are always shown; the others join, lowest number first, while the row still
+#: fits the console's width (80 columns show the essentials, 120 most, a log file all).
 COLUMNS = (
-    ("update", "upd", "{:.0f}"),
-    ("global_step", "turns", "{:.0f}"),
-    ("charts/turns_per_s", "turn/s", "{:.2f}"),
-    ("charts/tokens_per_s", "tok/s", "{:.0f}"),
-    ("charts/episodic_return", "return", "{:.3f}"),
-    ("env/success", "success", "{:.2f}"),
-    ("env/progression", "progr", "{:.2f}"),
-    ("env/invalid_action_rate", "invalid", "{:.2f}"),
-    ("losses/policy_loss", "pg_loss", "{:+.4f}"),
-    ("losses/value_loss", "v_loss", "{:.4f}"),
-    ("losses/entropy", "entropy", "{:.3f}"),
-    ("losses/approx_kl", "kl", "{:.4f}"),
-    ("time/generate", "gen s", "{:.1f}"),
-    ("time/env", "env s", "{:.2f}"),
-    ("time/score", "score s", "{:.1f}"),
-    ("time/update", "upd s", "{:.1f}"),
+    ("update", "upd", "{:.0f}", 0),
+    ("global_step", "turns", "{:.0f}", 0),
+    ("charts/turns_per_s", "turn/s", "{:.2f}", 0),
+    ("charts/tokens_per_s", "tok/s", "{:.0f}", 2),
+    ("charts/episodic_return", "return", "{:.3f}", 0),
+    ("env/success", "success", "{:.2f}", 0),
+    ("env/progression", "progr", "{:.2f}", 3),
+    ("env/invalid_action_rate", "invalid", "{:.2f}", 0),
+    ("losses/policy_loss", "pg_loss", "{:+.4f}", 0),
+    ("losses/value_loss", "v_loss", "{:.4f}", 0),
+    ("losses/entropy", "entropy", "{:.3f}", 1),
+    ("losses/approx_kl", "kl", "{:.4f}", 0),
+    ("time/generate", "gen s", "{:.1f}", 4),
+    ("time/env", "env s", "{:.2f}", 7),
+    ("time/score", "score s", "{:.1f}", 6),
+    ("time/update", "upd s", "{:.1f}", 5),
 )
+#: Width of every table column (the widest header is 7 characters); columns are one space apart.
+CELL = 7
+
+
+def fitting_columns(width: int) -> list[tuple[str, str, str, int]]:
+    """The table columns that fit ``width`` characters, essentials first, in :data:`COLUMNS` order."""
+    chosen = {c[0] for c in COLUMNS if c[3] == 0}
+    used = len(chosen) * (CELL + 1) - 1
+    for column in sorted((c for c in COLUMNS if c[3] > 0), key=lambda c: c[3]):
+        if used + CELL + 1 > width:
+            break
+        chosen.add(column[0])
+        used += CELL + 1
+    return [c for c in COLUMNS if c[0] in chosen]
 
 
 class RunLogger:
-    """Logs one metrics dict per update (or warm-up iteration)."""
+    """Logs one metrics dict per update (or warm-up iteration) and ends with a summary panel.
 
-    def __init__(self, run_dir: Path, accelerator: Any, *, total: int, console: bool, start: int = 0) -> None:
+    ``console`` is True for rich's own console, False for none, or a :class:`rich.console.Console` to print
+    on (tests record one at a fixed width).
+    """
+
+    def __init__(self, run_dir: Path, accelerator: Any, *, total: int, console: Any, start: int = 0) -> None:
         self.accelerator = accelerator
         self.main = accelerator.is_main_process
-        self.path = Path(run_dir) / "metrics.jsonl"
+        self.run_dir = Path(run_dir)
+        self.path = self.run_dir / "metrics.jsonl"
         self.progress = None
         self.rows = 0
         if self.main and self.path.exists():  # a resumed run: what came after its checkpoint is logged again
             _keep_until(self.path, start)
+        self.started = time.monotonic()
+        self.last: dict[str, float] = {}
+        self.console: Any = None
         if self.main and console:
             from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
 
-            console = Console()
-            if not console.is_terminal:  # a log file: no need to fit 80 columns
-                console = Console(width=170)
+            if not isinstance(console, Console):
+                console = Console()
+                if not console.is_terminal:  # a log file: no need to fit 80 columns
+                    console = Console(width=170)
+            self.console = console
+            self.columns = fitting_columns(console.width)
             self.progress = Progress(
                 TextColumn("[bold]PPO"),
                 BarColumn(),
                 MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                TextColumn("left"),
                 TimeRemainingColumn(),
                 console=console,
-                transient=False,
+                transient=True,  # the summary panel replaces it
             )
             self.task = self.progress.add_task("updates", total=total, completed=start)
             self.progress.start()
@@ -69,6 +106,8 @@ class RunLogger:
             f.write(json.dumps(record) + "\n")
         if self.accelerator.trackers:
             self.accelerator.log({k: v for k, v in metrics.items() if math.isfinite(v)}, step=step)
+        if advance:
+            self.last = metrics
         if self.progress is not None:
             self.progress.console.print(self._row(metrics))
             if advance:
@@ -92,27 +131,68 @@ class RunLogger:
                 ]
                 tracker.writer.add_text("samples", "\n\n".join(lines), global_step=step)
 
+    def summary(self, *, updates: int, turns: int, env_id: str) -> None:
+        """The closing panel: where the run is, what it did, how it ended and what to run next."""
+        if self.console is None:
+            return
+        from rich.markup import escape
+        from rich.panel import Panel
+
+        from verlog.ppo.checkpoint import latest_checkpoint
+
+        self.close_progress()
+        wall = time.monotonic() - self.started
+        success = self.last.get("env/success", math.nan)
+        ret = self.last.get("charts/episodic_return", math.nan)
+        if math.isfinite(success) or math.isfinite(ret):
+            ended = f"success {_or_dash(success, '{:.2f}')}, return {_or_dash(ret, '{:.3f}')} (last update)"
+        else:
+            ended = "no episode finished in the last update"
+        checkpoint = latest_checkpoint(self.run_dir)
+        run = escape(str(self.run_dir))
+        lines = [
+            f"[bold]run[/]         {run}",
+            f"[bold]done[/]        {updates} updates, {turns} turns in {_clock(wall)}",
+            f"[bold]ended[/]       {ended}",
+            f"[bold]checkpoint[/]  {escape(str(checkpoint.relative_to(self.run_dir))) if checkpoint else 'none'}",
+        ]
+        self.console.print(
+            Panel("\n".join(lines), title="PPO run finished", border_style="green", expand=False)
+        )
+        # The next commands outside the panel, unbroken by its border: they copy and paste as they are.
+        self.console.print("[bold]next:[/]")
+        for command in (f"verlog report {run}", f"verlog eval {run} --suite {escape(env_id)} --episodes 10"):
+            self.console.print(f"  {command}", soft_wrap=True)
+
     def print(self, text: str) -> None:
         if self.main:
             (self.progress.console.print if self.progress is not None else print)(text)
 
-    def close(self) -> None:
+    def close_progress(self) -> None:
         if self.progress is not None:
             self.progress.stop()
             self.progress = None
+
+    def close(self) -> None:
+        self.close_progress()
         if self.main and self.accelerator.trackers:
             self.accelerator.end_training()
 
     def _row(self, metrics: dict[str, float]) -> Any:
         from rich.table import Table
 
-        table = Table(show_header=self.rows % 20 == 0, box=None, pad_edge=False)
-        for _, header, _ in COLUMNS:
-            table.add_column(header, justify="right", min_width=max(len(header), 7), no_wrap=True)
+        table = Table(
+            show_header=self.rows % 20 == 0, box=None, pad_edge=False, padding=(0, 1), collapse_padding=True
+        )
+        for _, header, _, _ in self.columns:
+            table.add_column(header, justify="right", width=CELL, no_wrap=True)
         cells = []
-        for key, _, fmt in COLUMNS:
-            value = metrics.get(key)
-            cells.append("-" if value is None or not math.isfinite(value) else fmt.format(value))
+        warmup = metrics.get("warmup/iteration")
+        for key, _, fmt, _ in self.columns:
+            if key == "update" and warmup is not None:  # critic pre-training, before update 1
+                cells.append(f"w{warmup:.0f}")
+            else:
+                cells.append(_or_dash(metrics.get(key), fmt))
         table.add_row(*cells)
         self.rows += 1
         return table
@@ -124,6 +204,16 @@ def _keep_until(path: Path, update: int) -> None:
     kept = [line for line in lines if line.strip() and json.loads(line).get("update", 0) <= update]
     if len(kept) != len(lines):
         path.write_text("".join(kept))
+
+
+def _or_dash(value: float | None, fmt: str) -> str:
+    return "-" if value is None or not math.isfinite(value) else fmt.format(value)
+
+
+def _clock(seconds: float) -> str:
+    minutes, seconds = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h {minutes:02d}m {seconds:02d}s" if hours else f"{minutes}m {seconds:02d}s"
 
 
 def _finite_or_none(value: float) -> float | None:

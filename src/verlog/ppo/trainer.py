@@ -33,6 +33,7 @@ from verlog.models.sources import resolve_model_path
 from verlog.models.weights import export_pretrained, full_weights, weights_checksum
 from verlog.ppo.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from verlog.ppo.config import Config
+from verlog.ppo.console import attach_run_log
 from verlog.ppo.distributed import init_processes, merge_process_metrics, setup
 from verlog.ppo.logger import RunLogger
 from verlog.ppo.rollout import Rollout, score
@@ -86,6 +87,7 @@ class Trainer:
             self.run_dir = Path(chosen[0])
         else:
             self.run_dir = Path(resume)
+        attach_run_log(self.run_dir, state.process_index)  # the libraries' notices, out of the console
         self.dist = setup(
             ppo,
             project_dir=str(self.run_dir),
@@ -222,6 +224,7 @@ class Trainer:
                 last = self.update == run.total_updates
                 if last or (run.checkpoint_every and self.update % run.checkpoint_every == 0):
                     self.save()
+            self.logger.summary(updates=self.update, turns=self.global_step, env_id=self.config.env.id)
         finally:
             self.logger.close()
             self.envs.close()
@@ -234,7 +237,8 @@ class Trainer:
         start = time.perf_counter()
         self.sampler.update_weights()
         every = cfg.run.samples_every
-        turns: list[dict[str, Any]] | None = [] if every and self.update % every == 0 else None
+        # Numbered as logged (update 1 is the first): samples of update k, 2k, ... and so of the last.
+        turns: list[dict[str, Any]] | None = [] if every and (self.update + 1) % every == 0 else None
         metrics = self.rollout.collect(self.storage, samples=turns)
         self.sampler.offload()
         metrics.update(self._score(self.storage, logprobs=True))
@@ -250,10 +254,10 @@ class Trainer:
         metrics.update(self._ppo(self.storage, train_actor=True))
         metrics["time/update"] = time.perf_counter() - clock
         self.storage.after_update()
-        if turns is not None:
-            self._write_samples(turns)
         self.update += 1
         self.global_step += self.derived.global_batch_turns
+        if turns is not None:
+            self._write_samples(turns)
         elapsed = time.perf_counter() - start
         metrics["time/total"] = elapsed
         # Rates over all processes: turns are the global batch (averaged below), tokens this process's (summed).

@@ -103,7 +103,9 @@ def _summary(b: _Builder, n_samples: int | None) -> None:
         rows.append(
             [
                 "updates",
-                f"{len(m.records)}" + (f" (last: update {_fmt(last_upd[-1])})" if last_upd.size else ""),
+                f"{m.updates}"
+                + (f" (last: update {_fmt(last_upd[-1])})" if last_upd.size else "")
+                + (f", after {m.warmup_rows} critic warm-up iterations" if m.warmup_rows else ""),
             ]
         )
         steps = m.column("global_step")
@@ -249,7 +251,11 @@ def _time_split(b: _Builder, x: np.ndarray, xlabel: str) -> list[str]:
             else:
                 ax.stackplot(x, data, labels=labels, colors=[f"C{i % 10}" for i in range(len(labels))])
             _style(ax, title, xlabel)
-        ax_s.legend(fontsize=6, loc="upper left")
+            plotting.around_single_x(ax, x)
+        # Headroom above the tallest bar for the legend, so it never hides a bar.
+        ax_s.set_ylim(0, max(float(totals.max()), 1e-9) * (1.2 + 0.12 * math.ceil(len(labels) / 3)))
+        ax_f.set_ylim(0, 1)
+        ax_s.legend(fontsize=6, loc="upper left", ncol=min(3, len(labels)))
         b.image(fig, "time_split.png", "Time split per update")
     grand = float(filled.sum())
     rows = []
@@ -385,12 +391,17 @@ def _all_metrics(b: _Builder) -> None:
     b.md += ["## All metrics", "", *_table(["key", "points", "first", "last", "min", "max"], rows), ""]
 
 
+class PlotsWouldBeLost(RuntimeError):
+    """A report with plots exists and this one could draw none (no matplotlib): the old one is kept."""
+
+
 def write_report(
     run: str | os.PathLike[str], *, samples: int = 8, max_chars: int = 2400, plots: bool = True
 ) -> Path:
     """Write ``RUN/report.md`` (and ``RUN/report/*.png``) from whatever the run folder holds now.
 
-    Raises :class:`RunNotFoundError` when there is no such run; anything else (no metrics yet, bad lines,
+    Raises :class:`RunNotFoundError` when there is no such run and :class:`PlotsWouldBeLost` rather than
+    replace a report that has plots with one without (no matplotlib here); anything else (no metrics yet, bad lines,
     missing keys, no matplotlib) becomes a note in the report.
     """
     return _write_report(run, samples=samples, max_chars=max_chars, plots=plots)[0]
@@ -402,6 +413,11 @@ def _write_report(
     run = resolve_run(run)
     metrics = read_metrics(run / METRICS_FILE)
     have_mpl = plotting._have_matplotlib()
+    if plots and not have_mpl and any((run / PLOTS_DIR).glob("*.png")):
+        raise PlotsWouldBeLost(
+            f"matplotlib is not installed, and {run / REPORT_FILE} has plots: kept as it is "
+            "(pip install matplotlib, or --no-plots to write one without them)"
+        )
     b = _Builder(run=run, metrics=metrics, plots=plots and have_mpl and bool(metrics.records))
     b.md += [
         f"# Run report: {run.name}",

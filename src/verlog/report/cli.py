@@ -7,7 +7,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from verlog.report.build import _write_report
+from verlog.pipes import closed_pipe_ok
+from verlog.report import plots
+from verlog.report.build import PlotsWouldBeLost, _write_report
 from verlog.report.markdown import _lines_word
 from verlog.report.reading import METRICS_FILE, RunNotFoundError
 
@@ -51,7 +53,15 @@ def run_report(args: argparse.Namespace) -> int:
     except RunNotFoundError as err:
         print(f"verlog report: error: {err}", file=sys.stderr)
         return 2
-    parts = [f"{len(metrics.records)} updates"]
+    except PlotsWouldBeLost as err:
+        print(f"verlog report: error: {err}", file=sys.stderr)
+        return 1
+    if metrics.records and not args.no_plots and not plots._have_matplotlib():
+        print(
+            "verlog report: note: matplotlib is not installed: plots omitted (pip install matplotlib)",
+            file=sys.stderr,
+        )
+    parts = [f"{metrics.updates} updates"]
     if not metrics.exists:
         parts = [f"no {METRICS_FILE} yet"]
     if metrics.skipped:
@@ -60,6 +70,7 @@ def run_report(args: argparse.Namespace) -> int:
     return 0
 
 
+@closed_pipe_ok
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m verlog.report RUN``."""
     parser = argparse.ArgumentParser(prog="python -m verlog.report", description=REPORT_HELP)

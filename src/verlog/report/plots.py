@@ -173,8 +173,17 @@ def _draw_lines(ax: Any, x: np.ndarray, lines: list[tuple[str, np.ndarray]], xla
         else:
             ax.plot(xs, ys, **kwargs)
     _style(ax, title, xlabel)
+    around_single_x(ax, x)
     if 1 < len(lines) <= MAX_LEGEND:
         ax.legend(fontsize=6, ncol=1 if len(lines) <= 6 else 2)
+
+
+def around_single_x(ax: Any, x: np.ndarray) -> None:
+    """One x value (a single update so far): a marker in the middle with a tick either side, not a point
+    pressed against matplotlib's default ±5% range."""
+    values = np.unique(x[np.isfinite(x)])
+    if values.size == 1:
+        ax.set_xlim(values[0] - 1, values[0] + 1)
 
 
 def _compact(value: float, _pos: object = None) -> str:

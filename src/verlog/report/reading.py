@@ -16,7 +16,9 @@ from verlog.samples import parse_jsonl
 METRICS_FILE = "metrics.jsonl"
 CONFIG_FILE = "config.toml"
 #: x-axis candidates, best first; the first one present and finite in every record is used.
-X_KEYS = ("global_step", "update")
+X_KEYS = ("update", "global_step")
+#: Critic pre-training logs its iterations before update 1, each under this key and ``update`` 0.
+WARMUP_KEY = "warmup/iteration"
 
 
 class RunNotFoundError(FileNotFoundError):
@@ -40,6 +42,16 @@ class MetricsLog:
     def skipped(self) -> int:
         return len(self.skipped_lines)
 
+    @property
+    def warmup_rows(self) -> int:
+        """Records of critic pre-training (logged before update 1, one per iteration)."""
+        return sum(_number(r.get(WARMUP_KEY)) is not None for r in self.records)
+
+    @property
+    def updates(self) -> int:
+        """Records of PPO updates (warm-up iterations not counted)."""
+        return len(self.records) - self.warmup_rows
+
     def keys(self) -> list[str]:
         """Every key with at least one numeric value, in first-seen order."""
         seen: dict[str, None] = {}
@@ -61,7 +73,8 @@ class MetricsLog:
         return bool(np.isfinite(self.column(key)).any())
 
     def x(self) -> tuple[str, np.ndarray]:
-        """The x-axis (name, values): ``global_step``, else ``update``, else the record number."""
+        """The x-axis (name, values): ``update`` (as the console shows), else ``global_step``, else the
+        record number."""
         for key in X_KEYS:
             col = self.column(key)
             if col.size and np.isfinite(col).all():
@@ -95,7 +108,8 @@ def read_metrics(path: str | os.PathLike[str]) -> MetricsLog:
 
 
 def _merge_updates(records: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[int]]:
-    """One record per ``update``, in update order; returns the updates whose values were overwritten.
+    """One record per ``update`` (per warm-up iteration before update 1), in order; returns the updates
+    whose values were overwritten.
 
     Two lines for one update are either two parts of it (an eval line beside the train line: merged) or a
     run resumed from an earlier checkpoint that logs the update again (later values win, reported).
@@ -105,17 +119,18 @@ def _merge_updates(records: list[dict[str, Any]]) -> tuple[list[dict[str, Any]],
     updates = [u for u in found if u is not None and math.isfinite(u)]
     if not records or len(updates) != len(records):
         return records, []
-    merged: dict[float, dict[str, Any]] = {}
+    merged: dict[tuple[float, float], dict[str, Any]] = {}
     relogged: set[int] = set()
     for u, record in zip(updates, records, strict=True):
-        if u in merged:
-            old = merged[u]
+        key = (u, _number(record.get(WARMUP_KEY)) or 0.0)
+        if key in merged:
+            old = merged[key]
             if any(k in old and old[k] != v and k not in X_KEYS for k, v in record.items()):
                 relogged.add(int(u))
             old.update(record)
         else:
-            merged[u] = dict(record)
-    return [merged[u] for u in sorted(merged)], sorted(relogged)
+            merged[key] = dict(record)
+    return [merged[key] for key in sorted(merged)], sorted(relogged)
 
 
 def resolve_run(path: str | os.PathLike[str]) -> Path:

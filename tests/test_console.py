@@ -1,0 +1,125 @@
+"""The training console a person reads: table rows that fit the terminal, and the closing summary."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from accelerate import Accelerator
+from rich.console import Console
+
+from verlog.ppo.logger import CELL, COLUMNS, RunLogger, fitting_columns
+
+ESSENTIALS = ("upd", "turns", "turn/s", "return", "success", "invalid", "pg_loss", "v_loss", "kl")
+METRICS = {
+    "update": 3.0,
+    "global_step": 96.0,
+    "charts/turns_per_s": 6.5,
+    "charts/tokens_per_s": 107.0,
+    "charts/episodic_return": 0.25,
+    "env/success": 0.5,
+    "env/progression": 0.5,
+    "env/invalid_action_rate": 0.97,
+    "losses/policy_loss": -0.0002,
+    "losses/value_loss": 0.0658,
+    "losses/entropy": 6.222,
+    "losses/approx_kl": 0.0,
+    "time/generate": 1.1,
+    "time/env": 0.03,
+    "time/score": 1.2,
+    "time/update": 2.5,
+}
+
+
+def _logger(tmp_path: Path, width: int, total: int = 3) -> tuple[RunLogger, Console]:
+    console = Console(record=True, width=width, force_terminal=False)
+    return RunLogger(tmp_path, Accelerator(cpu=True), total=total, console=console), console
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_rows_fit_the_terminal_with_the_essentials(tmp_path: Path, width: int) -> None:
+    logger, console = _logger(tmp_path, width)
+    logger.log({**METRICS, "update": 0.0, "warmup/iteration": 1.0}, step=64, advance=False)
+    logger.log(METRICS, step=96)
+    logger.close()
+    lines = [line for line in console.export_text().splitlines() if line.strip()]
+    header, warmup, row = (_cells(line) for line in lines[:3])
+    assert all(len(line) <= width for line in lines)
+    assert header == [h for _, h, _, _ in fitting_columns(width)]
+    assert set(ESSENTIALS) <= set(header)
+    assert warmup[0] == "w1"  # critic pre-training is not update 0
+    cells = dict(zip(header, row, strict=True))
+    assert (cells["success"], cells["invalid"], cells["kl"]) == ("0.50", "0.97", "0.0000")
+    if width == 120:
+        assert {"entropy", "tok/s", "gen s"} <= set(cells)
+    assert json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[-1])["update"] == 3.0
+
+
+def _cells(line: str) -> list[str]:
+    """A table line cut into its fixed-width cells (a header may hold a space: ``gen s``)."""
+    return [line[i : i + CELL + 1].strip() for i in range(0, len(line), CELL + 1)]
+
+
+def test_a_wide_console_shows_every_column() -> None:
+    assert fitting_columns(170) == list(COLUMNS)
+
+
+def test_the_run_ends_on_a_summary_panel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    run = Path("runs/tiny-0001")
+    (run / "checkpoints" / "000003").mkdir(parents=True)
+    logger, console = _logger(run, 80)
+    logger.log(METRICS, step=96)
+    logger.summary(updates=3, turns=96, env_id="verlog/BabyAI-GoTo-v0")
+    logger.close()
+    text = console.export_text()
+    assert all(len(line) <= 80 for line in text.splitlines())
+    assert "PPO run finished" in text
+    assert "3 updates, 96 turns" in text
+    assert "success 0.50, return 0.250" in text
+    assert "checkpoint  checkpoints/000003" in text
+    assert "  verlog report runs/tiny-0001\n" in text
+    assert "  verlog eval runs/tiny-0001 --suite verlog/BabyAI-GoTo-v0 --episodes 10\n" in text
+    assert "PPO ━" not in text.splitlines()[-1]  # not the progress bar
+
+
+QUIET_SCRIPT = """
+import logging, sys, warnings
+from verlog.ppo.console import attach_run_log, quiet_console
+
+quiet_console()
+ds = logging.getLogger("DeepSpeed")  # as DeepSpeed does at import: its own stdout handler, no propagation
+ds.addHandler(logging.StreamHandler(sys.stdout))
+ds.propagate = False
+ds.warning("Setting accelerator to CPU.")
+logging.getLogger("transformers.modeling_utils").warning("LOAD REPORT score.weight MISSING")
+logging.getLogger("accelerate.utils.other").error("a real error")
+warnings.warn_explicit("is deprecated", FutureWarning, "/site-packages/somelib/x.py", 1)
+logging.getLogger("verlog").info("critic head initialised fresh")
+attach_run_log(sys.argv[1])
+logging.getLogger("accelerate.utils.other").warning("Removed shared tensor")
+"""
+
+
+def test_the_libraries_notices_go_to_the_run_log(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", QUIET_SCRIPT, str(tmp_path)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    shown = done.stdout + done.stderr
+    assert "critic head initialised fresh" in shown and "a real error" in shown  # verlog's line, errors
+    for noise in ("Setting accelerator", "LOAD REPORT", "is deprecated", "Removed shared tensor"):
+        assert noise not in shown, noise
+    log = (tmp_path / "console.log").read_text()
+    for line in (
+        "Setting accelerator",
+        "LOAD REPORT",
+        "a real error",
+        "is deprecated",
+        "Removed shared tensor",
+    ):
+        assert line in log, line  # what came before the run folder existed too
