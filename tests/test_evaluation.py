@@ -217,8 +217,8 @@ def test_model_sources_name_what_is_missing(tmp_path: Path) -> None:
     with pytest.raises(EvalError, match="no complete checkpoint"):
         resolve_model(str(run))
     (run / "checkpoints" / "000004" / "state").mkdir(parents=True)
-    (run / "checkpoints" / "000004" / "trainer-0.pt").write_text("")
-    with pytest.raises(EvalError, match=r"no actor/ folder .*holds: state, trainer-0.pt.*export_actor"):
+    (run / "checkpoints" / "000004" / "trainer-0.json").write_text("{}")
+    with pytest.raises(EvalError, match=r"no actor/ folder .*holds: state, trainer-0.json.*export_actor"):
         resolve_model(str(run))
     with pytest.raises(EvalError, match="not a model folder"):
         resolve_model(str(tmp_path))

@@ -196,15 +196,13 @@ def check_two_machine_run(out: str, run: Path, model_path: Path, *, engine: str)
     # Token counts are sums over both machines: more than one process can generate (4 responses x 16 tokens).
     assert all(r["charts/generated_tokens"] > 2 * 2 * 16 for r in rows)
     final = run / "checkpoints" / "000002"
-    assert sorted(p.name for p in final.glob("trainer-*.pt")) == ["trainer-0.pt", "trainer-1.pt"]
-    assert sorted(p.name for p in final.glob("envs-*.pkl")) == ["envs-0.pkl", "envs-1.pkl"]
-    states = [torch.load(final / f"trainer-{r}.pt", weights_only=False) for r in (0, 1)]
+    assert sorted(p.name for p in final.glob("trainer-*.json")) == ["trainer-0.json", "trainer-1.json"]
+    assert sorted(p.name for p in final.glob("envs-*.json")) == ["envs-0.json", "envs-1.json"]
+    states = [json.loads((final / f"trainer-{r}.json").read_text()) for r in (0, 1)]
     assert states[0]["weights_checksum"] == states[1]["weights_checksum"]  # both machines hold the same model
     # Disjoint seeds: each machine's envs play their own episodes (seed + rank * num_envs).
-    import pickle
-
     seeds = [
-        [env.unwrapped.np_random_seed for env in pickle.loads((final / f"envs-{r}.pkl").read_bytes())]
+        [json.dumps([env["seed"], env["rng"]]) for env in json.loads((final / f"envs-{r}.json").read_text())]
         for r in (0, 1)
     ]
     assert len({s for part in seeds for s in part}) == 4, seeds

@@ -10,6 +10,9 @@ Two things are added to Gymnasium's classes, nothing else changes:
 
 * ``make_vec(..., seed=s)``: a first ``reset()`` without a seed seeds sub-env ``i`` with ``s + i``, so a
   run is reproducible without the caller threading the seed through; an explicit ``reset(seed=...)`` wins.
+* each sub-env records its episode (:class:`verlog.replay.EpisodeRecorder`): ``envs.call("replay_state")``
+  is every sub-env's state as JSON data, and ``envs.set_attr("replay_state", states)`` restores it; every
+  episode, autoreset ones included, starts from an explicit seed.
 * a sub-env that raises gives a :class:`SubEnvError` naming the env index and the original exception. The
   sync vector env keeps every sub-env for inspection; the async one closes the other workers cleanly first.
 """
@@ -29,6 +32,7 @@ from gymnasium.envs.registration import load_env_creator, registry
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
 from verlog.memory import MEMORIES, wrap_memory
+from verlog.replay import EpisodeRecorder
 
 __all__ = ["EnvFactory", "SubEnvError", "TextAsyncVectorEnv", "TextSyncVectorEnv", "make_vec", "sub_env_info"]
 
@@ -163,7 +167,8 @@ class EnvFactory:
 
     def __call__(self) -> gym.Env:
         env = gym.make(self.env_id, **self.env_kwargs)
-        return _NamesIndexOnError(wrap_memory(env, self.memory, **self.memory_kwargs), self.index)
+        memory = wrap_memory(env, self.memory, **self.memory_kwargs)
+        return _NamesIndexOnError(EpisodeRecorder(memory), self.index)
 
 
 def make_vec(

@@ -7,24 +7,29 @@ checkpoint intact; :func:`latest_checkpoint` only ever sees complete ones. Insid
     state/            accelerate.save_state: actor, critic, both optimisers, RNG states of every process
                       (under DeepSpeed: the actor's engine, i.e. every process's ZeRO shards of it)
     critic_state/     under DeepSpeed only: the critic's engine (each model has its own accelerator there)
-    trainer-<rank>.pt counters, storage slot 0, running episode statistics (one file per process)
-    envs-<rank>.pkl   the pickled sub-envs (sync vector envs), with their RNGs and memories
+    trainer-<rank>.json counters, storage slot 0, running episode statistics, the samples RNG (one per process)
+    envs-<rank>.json  each sub-env's episode as data: its seed and the actions since (verlog.replay), replayed
+                      on resume, memories included
     actor/            the actor and tokenizer in Hugging Face format (when run.export_actor), for evaluation:
                       consolidated from ZeRO-3 shards, LoRA adapters merged
 
 Every process writes into the same folder, so a multi-machine run needs the run folder on a shared filesystem.
+Nothing verlog writes is a pickle: a run folder is shared and copied between machines, and loading it must not
+run code. accelerate writes the models as safetensors and loads its optimiser and RNG files with
+``torch.load(weights_only=True)``; under DeepSpeed the engine's own files are the exception (see README).
 """
 
 from __future__ import annotations
 
+import json
 import os
-import pickle
 import re
 import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 __all__ = ["latest_checkpoint", "load_checkpoint", "save_checkpoint"]
@@ -51,7 +56,7 @@ def save_checkpoint(
     *,
     accelerator: Any,
     trainer_state: dict[str, Any],
-    envs: list[Any] | None,
+    envs: list[dict[str, Any]] | None,
     export: Callable[[Path], None] | None = None,
     keep: int = 2,
     more_states: Mapping[str, Any] | None = None,
@@ -74,10 +79,9 @@ def save_checkpoint(
     accelerator.save_state(str(tmp / "state"))
     for name, other in (more_states or {}).items():
         other.save_state(str(tmp / name))
-    torch.save(trainer_state, tmp / f"trainer-{rank}.pt")
+    (tmp / f"trainer-{rank}.json").write_text(json.dumps(to_json(trainer_state)))
     if envs is not None:
-        with open(tmp / f"envs-{rank}.pkl", "wb") as f:
-            pickle.dump(envs, f, protocol=pickle.HIGHEST_PROTOCOL)
+        (tmp / f"envs-{rank}.json").write_text(json.dumps(envs))
     if export is not None:
         export(tmp / "actor")
     accelerator.wait_for_everyone()
@@ -98,11 +102,11 @@ def save_checkpoint(
 
 def load_checkpoint(
     path: str | Path, *, accelerator: Any, more_states: Mapping[str, Any] | None = None
-) -> tuple[dict[str, Any], list[Any] | None]:
-    """Restore models, optimisers and RNGs in place; return this process's trainer state and envs."""
+) -> tuple[dict[str, Any], list[dict[str, Any]] | None]:
+    """Restore models, optimisers and RNGs in place; return this process's trainer state and env states."""
     path = Path(path)
     rank = accelerator.process_index
-    writers = len(list(path.glob("trainer-*.pt")))
+    writers = len(list(path.glob("trainer-*.json")))
     if writers != accelerator.num_processes:
         raise ValueError(
             f"{path} was written by {writers} process(es); resume it with the same number (each one's envs and "
@@ -113,12 +117,39 @@ def load_checkpoint(
             raise FileNotFoundError(f"{path} has no {name}/ (was it saved by a launch without DeepSpeed?)")
         other.load_state(str(path / name))
     accelerator.load_state(str(path / "state"))  # last: its RNG states are the ones that count
-    trainer_state = torch.load(path / f"trainer-{rank}.pt", weights_only=False)
-    envs = None
-    if (path / f"envs-{rank}.pkl").exists():
-        with open(path / f"envs-{rank}.pkl", "rb") as f:
-            envs = pickle.load(f)
+    trainer_state = from_json(json.loads((path / f"trainer-{rank}.json").read_text()))
+    envs_file = path / f"envs-{rank}.json"
+    envs = json.loads(envs_file.read_text()) if envs_file.exists() else None
     return trainer_state, envs
+
+
+def to_json(value: Any) -> Any:
+    """Plain data for ``json.dumps``: tensors and arrays become ``{"tensor"|"ndarray": values, "dtype": ...}``,
+    tuples lists (floats keep every bit: JSON writes the shortest repr that reads back the same double)."""
+    if isinstance(value, torch.Tensor):
+        return {"tensor": value.tolist(), "dtype": str(value.dtype).removeprefix("torch.")}
+    if isinstance(value, np.ndarray):
+        return {"ndarray": value.tolist(), "dtype": str(value.dtype)}
+    if isinstance(value, dict):
+        return {str(k): to_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [to_json(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def from_json(value: Any) -> Any:
+    """The inverse of :func:`to_json` (tuples come back as lists)."""
+    if isinstance(value, dict):
+        if set(value) == {"tensor", "dtype"}:
+            return torch.tensor(value["tensor"], dtype=getattr(torch, value["dtype"]))
+        if set(value) == {"ndarray", "dtype"}:
+            return np.array(value["ndarray"], dtype=value["dtype"])
+        return {k: from_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [from_json(v) for v in value]
+    return value
 
 
 def _fsync_tree(folder: Path) -> None:

@@ -73,7 +73,7 @@ class EnvConfig:
     num_envs: int = 32
     """Envs stepped in lockstep per process (N)."""
     vectorization_mode: Literal["sync", "async"] = "sync"
-    """Vector env kind; exact resume needs "sync" (async envs restart their episodes on resume)."""
+    """Vector env kind: "sync" (one process) or "async" (a worker process per env); both resume exactly."""
     memory: Literal["none", "history", "notes"] = "history"
     """Memory wrapper that turns observations into the text the agent sees."""
     memory_kwargs: dict[str, Any] = field(default_factory=lambda: {"turns": 1, "reasoning": True})

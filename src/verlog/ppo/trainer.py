@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import random
 import time
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -402,13 +401,12 @@ class Trainer:
                 weights_checksum(self._unwrap(m), self.dist.gathered) for m in (self.actor, self.critic)
             ],
         }
-        sync = self.config.env.vectorization_mode == "sync"
         path = save_checkpoint(
             self.run_dir,
             self.update,
             accelerator=self.accelerator,
             trainer_state=state,
-            envs=list(self.envs.envs) if sync else None,
+            envs=list(self.envs.call("replay_state")),
             export=self._export if self.config.run.export_actor else None,
             keep=self.config.run.keep_checkpoints,
             more_states=self._more_states(),
@@ -432,19 +430,11 @@ class Trainer:
         if path is None:
             raise FileNotFoundError(f"{self.run_dir} has no complete checkpoint to resume from")
         state, envs = load_checkpoint(path, accelerator=self.accelerator, more_states=self._more_states())
-        if envs is not None and len(envs) == self.envs.num_envs:
-            for fresh in self.envs.envs:
-                fresh.close()
-            self.envs.envs = envs
-            self.storage.load_state_dict(state["storage"])
-            self.rollout.load_state_dict(state["rollout"])
-        else:
-            warnings.warn(
-                "the checkpoint holds no env states (async vector envs): episodes restart on resume",
-                stacklevel=2,
-            )
-            observations, infos = self.envs.reset()
-            self.storage.reset_first(self.rollout.first_prompts(observations, infos))
+        if envs is None or len(envs) != self.envs.num_envs:
+            raise ValueError(f"{path} holds no env states for {self.envs.num_envs} sub-envs")
+        self.envs.set_attr("replay_state", envs)  # replays each sub-env's episode (seed + actions)
+        self.storage.load_state_dict(state["storage"])
+        self.rollout.load_state_dict(state["rollout"])
         self.update = state["update"]
         self.global_step = state["global_step"]
         self.warmed_up = state["warmed_up"]
