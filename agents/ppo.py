@@ -54,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
 
         quiet_console()
     from verlog.ppo.launch import LaunchError, exit_on_peer_loss
+    from verlog.ppo.manifest import CheckpointError
     from verlog.ppo.trainer import Trainer  # torch and transformers load only once the config is good
 
     trainer = None
@@ -65,6 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     except LaunchError as error:
         print(f"{parser.prog}: launch: {error}", file=sys.stderr)
         return 2
+    except CheckpointError as error:  # nothing loaded from it: the run folder is as it was
+        print(f"{parser.prog}: resume: {error}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -10,6 +10,8 @@ checkpoint intact; :func:`latest_checkpoint` only ever sees complete ones. Insid
     trainer-<rank>.json counters, storage slot 0, running episode statistics, the samples RNG (one per process)
     envs-<rank>.json  each sub-env's episode as data: its seed and the actions since (verlog.replay), replayed
                       on resume, memories included
+    manifest.json     every other file's size and sha256, written last (verlog.ppo.manifest): --resume uses the
+                      newest checkpoint that matches it, and moves newer ones that do not aside (bad-NNNNNN)
     actor/            the actor and tokenizer in Hugging Face format (when run.export_actor), for evaluation:
                       consolidated from ZeRO-3 shards, LoRA adapters merged
 
@@ -31,6 +33,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from verlog.ppo.manifest import CheckpointError, write_manifest
 
 __all__ = ["latest_checkpoint", "load_checkpoint", "save_checkpoint"]
 
@@ -63,6 +67,9 @@ def save_checkpoint(
 ) -> Path:
     """Write checkpoint ``update`` atomically and keep only the newest ``keep``; return its folder.
 
+    The manifest is hashed from the files as they lie on disk just before the rename, so the newest
+    checkpoint, which rotation always keeps, is a good one: rotation never leaves only bad ones.
+
     Every process calls this; each writes its own files into the temporary folder, the main process
     renames it once all have finished. ``more_states`` maps a folder name to a further accelerator whose
     state is saved there (DeepSpeed's one accelerator per model). ``export(folder)`` runs on every process
@@ -87,6 +94,7 @@ def save_checkpoint(
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         _fsync_tree(tmp)
+        write_manifest(tmp)  # last: a folder whose manifest matches is whole
         if final.exists():  # an older run wrote this update before a crash; the new one replaces it
             shutil.rmtree(final)
         os.replace(tmp, final)
@@ -103,19 +111,41 @@ def save_checkpoint(
 def load_checkpoint(
     path: str | Path, *, accelerator: Any, more_states: Mapping[str, Any] | None = None
 ) -> tuple[dict[str, Any], list[dict[str, Any]] | None]:
-    """Restore models, optimisers and RNGs in place; return this process's trainer state and env states."""
+    """Restore models, optimisers and RNGs in place; return this process's trainer state and env states.
+
+    Check ``path`` against its manifest first (:func:`verlog.ppo.manifest.good_checkpoint`): this trusts it.
+    A file that still fails to load is a :class:`CheckpointError` naming it.
+    """
     path = Path(path)
+    try:
+        return _load(path, accelerator, more_states)
+    except Exception as error:  # a torch, accelerate, DeepSpeed or JSON error: one line that names the file
+        if isinstance(error, CheckpointError):
+            raise
+        text = " ".join(str(error).split())[:300]
+        raise CheckpointError(f"{path} does not load: {type(error).__name__}: {text}") from error
+
+
+def _load(
+    path: Path, accelerator: Any, more_states: Mapping[str, Any] | None
+) -> tuple[dict[str, Any], list[dict[str, Any]] | None]:
     rank = accelerator.process_index
     writers = len(list(path.glob("trainer-*.json")))
     if writers != accelerator.num_processes:
-        raise ValueError(
+        raise CheckpointError(
             f"{path} was written by {writers} process(es); resume it with the same number (each one's envs and "
             f"ZeRO shards are its own), not {accelerator.num_processes}"
         )
     for name, other in (more_states or {}).items():
         if not (path / name).is_dir():
-            raise FileNotFoundError(f"{path} has no {name}/ (was it saved by a launch without DeepSpeed?)")
+            raise CheckpointError(f"{path} has no {name}/ (was it saved by a launch without DeepSpeed?)")
         other.load_state(str(path / name))
+    # accelerate swallows an RNG file that fails to load (the resume would go on, inexact): load it first.
+    from accelerate.utils import (
+        load as weights_only_load,  # torch.load(weights_only=True) with numpy's arrays
+    )
+
+    weights_only_load(path / "state" / f"random_states_{rank}.pkl")
     accelerator.load_state(str(path / "state"))  # last: its RNG states are the ones that count
     trainer_state = from_json(json.loads((path / f"trainer-{rank}.json").read_text()))
     envs_file = path / f"envs-{rank}.json"

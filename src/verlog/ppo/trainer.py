@@ -13,6 +13,7 @@ before they are logged; one run folder is chosen by the main process; checkpoint
 from __future__ import annotations
 
 import random
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -30,11 +31,12 @@ from verlog.models.loading import (
 from verlog.models.prompts import prompt_builder
 from verlog.models.sources import resolve_model_path
 from verlog.models.weights import export_pretrained, full_weights, weights_checksum
-from verlog.ppo.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from verlog.ppo.checkpoint import checkpoint_dir, load_checkpoint, save_checkpoint
 from verlog.ppo.config import Config
 from verlog.ppo.console import attach_run_log
 from verlog.ppo.distributed import init_processes, merge_process_metrics, setup
 from verlog.ppo.logger import RunLogger
+from verlog.ppo.manifest import good_checkpoint
 from verlog.ppo.rollout import Rollout, score
 from verlog.ppo.sampling import Sampler, TransformersSampler, select_backend
 from verlog.ppo.storage import TurnStorage
@@ -426,9 +428,10 @@ class Trainer:
             self.tokenizer.save_pretrained(folder)
 
     def _resume(self) -> None:
-        path = latest_checkpoint(self.run_dir)
-        if path is None:
-            raise FileNotFoundError(f"{self.run_dir} has no complete checkpoint to resume from")
+        main = self.accelerator.is_main_process
+        path, passed_over = good_checkpoint(checkpoint_dir(self.run_dir), set_aside=main)
+        for line in passed_over if main else ():
+            print(f"warning: {line}; resuming from {path.name}", file=sys.stderr, flush=True)
         state, envs = load_checkpoint(path, accelerator=self.accelerator, more_states=self._more_states())
         if envs is None or len(envs) != self.envs.num_envs:
             raise ValueError(f"{path} holds no env states for {self.envs.num_envs} sub-envs")
