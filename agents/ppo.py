@@ -17,6 +17,7 @@ from pathlib import Path
 
 from verlog.pipes import closed_pipe_ok
 from verlog.ppo.config import ConfigError, describe, load_config
+from verlog.ppo.validate import validate
 
 
 @closed_pipe_ok
@@ -42,12 +43,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.resume:
         path = Path(args.resume) / "config.toml"
         if not path.is_file():
-            parser.error(f"--resume {args.resume}: no config.toml there (is it a run folder?)")
+            return _bad_input(parser, f"--resume {args.resume}: no config.toml there (is it a run folder?)")
     try:
         config = load_config(path, args.overrides)
         config.derive()
+        validate(config, args.resume)  # every value, before any model loads or a run folder is made
     except (ConfigError, OSError) as error:
-        parser.error(f"config: {error}")
+        return _bad_input(parser, f"config: {error}")
 
     if not args.verbose:
         from verlog.ppo.console import quiet_console
@@ -70,6 +72,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{parser.prog}: resume: {error}", file=sys.stderr)
         return 1
     return 0
+
+
+def _bad_input(parser: argparse.ArgumentParser, message: str) -> int:
+    """One line naming the problem, exit status 2 (argparse's for bad usage), no usage block, no traceback."""
+    print(f"{parser.prog}: {' '.join(message.split())}", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

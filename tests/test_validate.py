@@ -1,0 +1,86 @@
+"""Every config value is checked before a model loads: one line naming the key, exit 2, no run folder."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from toy_env import TOY_ID
+
+from verlog.ppo.config import ConfigError, load_config
+from verlog.ppo.validate import validate
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def model_dir(tmp_path: Path) -> Path:
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
+    return tmp_path / "model"
+
+
+BAD = {
+    "model.path=/no/such/model": r"^model\.path: no such folder /no/such/model$",
+    "model.path=someone/not-cached-model": r"^model\.path: .*not in the cache",
+    "model.path=model.gguf": r"^model\.path: no such \.gguf file",
+    "model.critic_path=/no/critic": r"^model\.critic_path: no such folder",
+    "env.id=verlog/Nope-v0": r"^env\.id: no env registered with id 'verlog/Nope-v0'",
+    "env.kwargs={bogus = 1}": r"^env\.kwargs: .* does not take the keyword argument\(s\) bogus",
+    "env.kwargs={size = 1}": r"^env\.kwargs: .* rejects .*size must be at least 2",
+    "env.memory_kwargs={turnz = 2}": r"^env\.memory_kwargs: memory 'history' does not take turnz",
+    "env.memory_kwargs={turns = 0}": r"^env\.memory_kwargs: turns must be at least 1",
+    "ppo.actor_lr=-1e-5": r"^ppo\.actor_lr must be > 0",
+    "ppo.critic_lr=0.0": r"^ppo\.critic_lr must be > 0",
+    "ppo.actor_lr=nan": r"^ppo\.actor_lr must be a finite number",
+    "ppo.critic_lr=inf": r"^ppo\.critic_lr must be a finite number",
+}
+
+
+@pytest.mark.parametrize("override", list(BAD))
+def test_each_bad_value_is_named(override: str, model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    config = load_config(
+        None, [f"model.path={model_dir}", f"env.id={TOY_ID}", "env.memory=history", override]
+    )
+    with pytest.raises(ConfigError, match=BAD[override]):
+        validate(config)
+
+
+def test_a_good_config_passes(model_dir: Path) -> None:
+    validate(load_config(None, [f"model.path={model_dir}", f"env.id={TOY_ID}", "env.kwargs={size = 5}"]))
+
+
+def test_the_script_stops_with_one_line_before_loading_anything(tmp_path: Path, model_dir: Path) -> None:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    out = tmp_path / "runs"
+    for args in (
+        ["--config", "envs/babyai.toml", f"run.output_dir={out}", "model.path=/no/such/model"],
+        ["--config", "envs/babyai.toml", f"run.output_dir={out}", "ppo.actor_lr=-1"],
+        ["--resume", str(tmp_path / "missing")],
+    ):
+        done = subprocess.run(
+            [sys.executable, "agents/ppo.py", *args],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 2, done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert not out.exists()  # no empty run folder left behind
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.toml").write_text((ROOT / "envs" / "tiny.toml").read_text())
+    done = subprocess.run(
+        [sys.executable, "agents/ppo.py", "--resume", str(run)], cwd=ROOT, env=env, capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2 and done.stderr.strip().endswith(
+        f"{run} has no complete checkpoint to resume from"
+    )
+    assert sorted(p.name for p in run.iterdir()) == ["config.toml"]
