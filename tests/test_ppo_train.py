@@ -126,6 +126,8 @@ def test_resume_continues_exactly(tmp_path: Path, model_path: Path) -> None:
     resumed_dir = tmp_path / "b"
     shutil.copytree(first.run_dir, resumed_dir)
     shutil.rmtree(resumed_dir / "checkpoints" / "000003")
+    with open(resumed_dir / "metrics.jsonl", "a") as f:
+        f.write('{"update": 4.0, "charts/va')  # the kill cut a line short
     second = Trainer(load_config(resumed_dir / "config.toml"), resume=resumed_dir)
     assert second.update == 2
     second.train()
@@ -136,10 +138,19 @@ def test_resume_continues_exactly(tmp_path: Path, model_path: Path) -> None:
     for a, b in ((first.actor, second.actor), (first.critic, second.critic)):
         wa, wb = _weights(a), _weights(b)
         assert all(torch.equal(wa[k], wb[k]) for k in wa)
-    last_a, last_b = _records(first.run_dir)[-1], _records(resumed_dir)[-1]
-    assert {k: v for k, v in last_a.items() if "time" not in k and "per_s" not in k} == {
-        k: v for k, v in last_b.items() if "time" not in k and "per_s" not in k
-    }
+
+    # The run files equal the uninterrupted run's, apart from times: update 3 once, the same sampled turns.
+    def timeless(rows: list[dict]) -> list[dict]:
+        return [{k: v for k, v in r.items() if "time" not in k and "per_s" not in k} for r in rows]
+
+    assert [r["update"] for r in _records(resumed_dir)] == [1.0, 2.0, 3.0]
+    assert timeless(_records(first.run_dir)) == timeless(_records(resumed_dir))
+    samples = [(run / "samples.jsonl").read_text() for run in (first.run_dir, resumed_dir)]
+    assert samples[0] == samples[1] and samples[0].count('"update": 3') > 0
+    dropped = (resumed_dir / "metrics.dropped.jsonl").read_text().splitlines()
+    assert (
+        json.loads(dropped[0])["update"] == 3.0 and dropped[1] == '{"update": 4.0, "charts/va'
+    )  # kept aside
 
 
 def test_a_crash_mid_checkpoint_leaves_the_previous_one(tmp_path: Path, model_path: Path) -> None:

@@ -38,6 +38,7 @@ from verlog.ppo.distributed import init_processes, merge_process_metrics, setup
 from verlog.ppo.logger import RunLogger
 from verlog.ppo.manifest import good_checkpoint
 from verlog.ppo.rollout import Rollout, score
+from verlog.ppo.runfiles import rewind
 from verlog.ppo.sampling import Sampler, TransformersSampler, select_backend
 from verlog.ppo.storage import TurnStorage
 from verlog.ppo.update import ppo_update
@@ -136,6 +137,7 @@ class Trainer:
         self.update = 0
         self.global_step = 0
         self.warmed_up = ppo.critic_warmup_iters == 0
+        self.sample_rng = random.Random(config.run.seed)  # which turns go to samples.jsonl
         if resume is None:
             observations, infos = self.envs.reset()
             self.storage.reset_first(self.rollout.first_prompts(observations, infos))
@@ -148,7 +150,6 @@ class Trainer:
             config.run.project, config=_flat(config.to_dict()), init_kwargs=self._tracker_kwargs()
         )
         self.samples = SampleWriter(self.run_dir) if accelerator.is_main_process else None
-        self.sample_rng = random.Random(config.run.seed)
         self.logger = RunLogger(
             self.run_dir,
             accelerator,
@@ -398,6 +399,7 @@ class Trainer:
             "storage": self.storage.state_dict(),
             "rollout": self.rollout.state_dict(),
             "prompt_cuts": self.rollout.prompts.cuts,
+            "sample_rng": self.sample_rng.getstate(),
             # This process's view of the weights: every process holds the same unless their sync failed.
             "weights_checksum": [
                 weights_checksum(self._unwrap(m), self.dist.gathered) for m in (self.actor, self.critic)
@@ -442,6 +444,10 @@ class Trainer:
         self.global_step = state["global_step"]
         self.warmed_up = state["warmed_up"]
         self.rollout.prompts.cuts = state["prompt_cuts"]
+        version, internal, gauss = state["sample_rng"]
+        self.sample_rng.setstate((version, tuple(internal), gauss))
+        if main:  # rows logged after this checkpoint are logged again: move the old ones aside
+            rewind(self.run_dir, self.update)
 
 
 def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
