@@ -33,6 +33,7 @@ BAD = {
     "env.kwargs={size = 1}": r"^env\.kwargs: .* rejects .*size must be at least 2",
     "env.memory_kwargs={turnz = 2}": r"^env\.memory_kwargs: memory 'history' does not take turnz",
     "env.memory_kwargs={turns = 0}": r"^env\.memory_kwargs: turns must be at least 1",
+    "env.step_timeout_s=5.0": r"^env\.step_timeout_s needs env\.vectorization_mode = \"async\"",
     "ppo.actor_lr=-1e-5": r"^ppo\.actor_lr must be > 0",
     "ppo.critic_lr=0.0": r"^ppo\.critic_lr must be > 0",
     "ppo.actor_lr=nan": r"^ppo\.actor_lr must be a finite number",

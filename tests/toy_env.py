@@ -2,11 +2,12 @@
 
 Walk a marker along a line to a target cell drawn from ``np_random``. It follows the TextEnv contract like the
 real games (and runs through the same contract test), and can be made to raise: at a given step, or when
-the response is ``"explode"``.
+the response is ``"explode"``, or hang when it is ``"hang"``.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any, ClassVar
 
 from gymnasium.envs.registration import register, registry
@@ -45,6 +46,8 @@ class LineEnv(TextEnv):
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         if action == "explode":  # a sub-env that raises, for the vector env's error tests
             raise RuntimeError("the line exploded")
+        if action == "hang":  # a sub-env that never answers (a bounded sleep: the tests stop it long before)
+            time.sleep(120)
         return super().step(action)
 
     def _text(self) -> str:

@@ -23,6 +23,7 @@ import dataclasses
 import difflib
 import importlib
 import inspect
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +34,7 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
 from verlog.memory import MEMORIES, wrap_memory
 from verlog.replay import EpisodeRecorder
+from verlog.workers import WatchedPipe, stop_workers, watched_worker
 
 __all__ = ["EnvFactory", "SubEnvError", "TextAsyncVectorEnv", "TextSyncVectorEnv", "make_vec", "sub_env_info"]
 
@@ -121,16 +123,68 @@ class TextSyncVectorEnv(_SeedOnFirstReset, SyncVectorEnv):
 
 class TextAsyncVectorEnv(_SeedOnFirstReset, AsyncVectorEnv):
     """:class:`~gymnasium.vector.AsyncVectorEnv` (one process per sub-env) whose sub-env errors name the
-    sub-env and close the other workers cleanly (see module docstring)."""
+    sub-env and close the other workers cleanly (see module docstring). A worker that dies, or that takes
+    longer than ``step_timeout_s`` for a step or reset, is a :class:`SubEnvError` naming it (every worker is
+    then stopped); :meth:`close` always returns; workers end themselves when their parent process is gone
+    (see :mod:`verlog.workers`)."""
 
-    def __init__(self, env_fns: list[Callable[[], gym.Env]], seed: int | None = None) -> None:
-        super().__init__(env_fns, shared_memory=False, copy=False, autoreset_mode=AutoresetMode.SAME_STEP)
+    def __init__(
+        self,
+        env_fns: list[Callable[[], gym.Env]],
+        seed: int | None = None,
+        step_timeout_s: float | None = None,
+    ) -> None:
+        super().__init__(
+            env_fns,
+            shared_memory=False,
+            copy=False,
+            autoreset_mode=AutoresetMode.SAME_STEP,
+            worker=watched_worker,
+        )
         self._first_seed = seed
+        self.step_timeout_s = step_timeout_s
+        self._deadline: float | None = None
+        self.parent_pipes = [
+            WatchedPipe(pipe, i, process, lambda: self._deadline, self._worker_failed)
+            for i, (pipe, process) in enumerate(zip(self.parent_pipes, self.processes, strict=True))
+        ]
+
+    def _worker_failed(self, index: int, kind: str, message: str) -> None:
+        self._state = type(self._state).DEFAULT
+        self._deadline = None
+        self.close(terminate=True)
+        raise SubEnvError(index, kind, message)
+
+    def _start_clock(self) -> None:
+        self._deadline = time.monotonic() + self.step_timeout_s if self.step_timeout_s else None
 
     def reset_async(
         self, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None
     ) -> None:
+        self._start_clock()
         super().reset_async(seed=self._seed_for_reset(seed), options=options)
+
+    def step_async(self, actions: Any) -> None:
+        self._start_clock()
+        super().step_async(actions)
+
+    def reset_wait(self, timeout: float | None = None) -> tuple[Any, dict[str, Any]]:
+        try:
+            return super().reset_wait(timeout)
+        finally:
+            self._deadline = None
+
+    def step_wait(self, timeout: float | None = None) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+        try:
+            return super().step_wait(timeout)
+        finally:
+            self._deadline = None
+
+    def close_extras(self, timeout: float | None = None, terminate: bool = False) -> None:
+        """Stop every worker within ``timeout`` (5 s by default) plus a moment, whatever state they are in."""
+        stop_workers(
+            self.parent_pipes, self.processes, grace=5.0 if timeout is None else timeout, terminate=terminate
+        )
 
     def _raise_if_errors(self, successes: Any) -> None:
         successes = list(successes)
@@ -179,6 +233,7 @@ def make_vec(
     memory: str | Callable[[gym.Env], gym.Env] | None = None,
     memory_kwargs: Mapping[str, Any] | None = None,
     seed: int | None = None,
+    step_timeout_s: float | None = None,
     **env_kwargs: Any,
 ) -> TextSyncVectorEnv | TextAsyncVectorEnv:
     """Make ``num_envs`` copies of a registered text env, each in a memory, as one vector env.
@@ -191,6 +246,8 @@ def make_vec(
             ``env -> gymnasium.Wrapper``; it wraps each sub-env.
         memory_kwargs: keyword arguments of the memory, e.g. ``{"turns": 4, "max_chars": 8000}``.
         seed: the first ``reset()`` without a seed seeds sub-env ``i`` with ``seed + i``.
+        step_timeout_s: async only: a sub-env that takes longer for a step or reset is a :class:`SubEnvError`
+            naming it (None: no limit).
         **env_kwargs: the env's own keyword arguments (e.g. ``invalid_action_penalty=-0.1``), and
             :func:`gymnasium.make`'s ``max_episode_steps``.
 
@@ -206,13 +263,17 @@ def make_vec(
         raise ValueError(f"vectorization_mode must be 'sync' or 'async', got {vectorization_mode!r}")
     if memory is not None and not callable(memory) and memory not in MEMORIES:
         raise ValueError(f"unknown memory {memory!r}; choose one of {sorted(MEMORIES)} or pass a callable")
+    if step_timeout_s is not None and (vectorization_mode != "async" or not step_timeout_s > 0):
+        raise ValueError(
+            f"step_timeout_s needs vectorization_mode='async' and a positive value, got {step_timeout_s}"
+        )
     _check_env_kwargs(env_id, env_kwargs)
     factory = EnvFactory(env_id, dict(env_kwargs), memory, dict(memory_kwargs or {}))
     env_fns = [dataclasses.replace(factory, index=i) for i in range(num_envs)]
     if vectorization_mode == "sync":
         envs: TextSyncVectorEnv | TextAsyncVectorEnv = TextSyncVectorEnv(env_fns, seed=seed)
     else:
-        envs = TextAsyncVectorEnv(env_fns, seed=seed)
+        envs = TextAsyncVectorEnv(env_fns, seed=seed, step_timeout_s=step_timeout_s)
     if seed is not None:
         envs.action_space.seed(seed)
     return envs

@@ -82,6 +82,8 @@ class EnvConfig:
     """Keyword arguments of the env (e.g. invalid_action_penalty, max_steps)."""
     binary_reward: bool = False
     """Replace a positive step reward by 1.0 (Verlog's BabyAI and BabaIsAI setting)."""
+    step_timeout_s: float = 0.0
+    """Async envs: seconds a sub-env may take for one step or reset before the run stops naming it (0 = no limit)."""
 
 
 @dataclass

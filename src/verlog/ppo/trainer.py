@@ -125,6 +125,7 @@ class Trainer:
             memory=env.memory,
             memory_kwargs=env.memory_kwargs,
             seed=config.run.seed + rank * env.num_envs,
+            step_timeout_s=env.step_timeout_s or None,
             **env.kwargs,
         )
         prompts = prompt_builder(self.tokenizer, config.prompt, env.id)

@@ -64,6 +64,12 @@ def _check_env(config: Config) -> None:
     from verlog.vector import _check_env_kwargs
 
     env_config = config.env
+    if env_config.step_timeout_s < 0 or (
+        env_config.step_timeout_s and env_config.vectorization_mode != "async"
+    ):
+        raise ConfigError(
+            f'env.step_timeout_s needs env.vectorization_mode = "async" and a value >= 0, got {env_config.step_timeout_s}'
+        )
     try:
         _check_env_kwargs(env_config.id, env_config.kwargs)
     except gym.error.UnregisteredEnv as error:
