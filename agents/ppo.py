@@ -55,9 +55,11 @@ def main(argv: list[str] | None = None) -> int:
         from verlog.ppo.console import quiet_console
 
         quiet_console()
+    from verlog.ppo.faults import Diverged, stopped_run
     from verlog.ppo.launch import LaunchError, exit_on_peer_loss
     from verlog.ppo.manifest import CheckpointError
     from verlog.ppo.trainer import Trainer  # torch and transformers load only once the config is good
+    from verlog.vector import SubEnvError
 
     trainer = None
     try:
@@ -70,6 +72,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except CheckpointError as error:  # nothing loaded from it: the run folder is as it was
         print(f"{parser.prog}: resume: {error}", file=sys.stderr)
+        return 1
+    except (Diverged, SubEnvError) as error:  # the run stops; its newest checkpoint is intact
+        print(f"{parser.prog}: {error}. {stopped_run(trainer, args.resume)}", file=sys.stderr)
         return 1
     return 0
 

@@ -198,6 +198,10 @@ class PPOConfig:
     """Critic pre-training iterations (S), each recomputing values and targets (0 = off)."""
     critic_warmup_sample: int = 10
     """Batches the critic trains on in each warm-up iteration, drawn at random from the W collected."""
+    max_weight_abs: float = 1e4
+    """Stop the run (before saving) when a weight's magnitude exceeds this after an update: divergence (0 = off)."""
+    max_skipped_updates: int = 3
+    """Stop the run after this many updates in a row whose every optimiser step was skipped (0 = never)."""
 
 
 @dataclass

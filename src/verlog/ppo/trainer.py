@@ -35,6 +35,7 @@ from verlog.ppo.checkpoint import checkpoint_dir, load_checkpoint, save_checkpoi
 from verlog.ppo.config import Config
 from verlog.ppo.console import attach_run_log
 from verlog.ppo.distributed import init_processes, merge_process_metrics, setup
+from verlog.ppo.faults import Guard
 from verlog.ppo.logger import RunLogger
 from verlog.ppo.manifest import good_checkpoint
 from verlog.ppo.rollout import Rollout, score
@@ -159,6 +160,9 @@ class Trainer:
             start=self.update,
         )
         self.logger.print(f"processes: {self.dist.describe()}; sampler: {backend} ({reason})")
+        self.guard = Guard(
+            ppo, accelerator.device, self.logger.print
+        )  # diverged weights, all-skipped updates
 
     def _build_models(self, lora: LoraSpec | None) -> None:
         """Load and prepare actor, critic and reference; under DeepSpeed each inside its own plugin."""
@@ -219,11 +223,17 @@ class Trainer:
         try:
             if not self.warmed_up:
                 self.warmup_critic()
+                self.guard.after_update(0, {}, {"critic": self._unwrap(self.critic)})
                 if run.checkpoint_every:
                     self.save()
             while self.update < run.total_updates:
                 metrics = self.train_update()
                 self.logger.log(metrics, step=self.global_step)
+                self.guard.after_update(
+                    self.update,
+                    metrics,
+                    {"actor": self._unwrap(self.actor), "critic": self._unwrap(self.critic)},
+                )
                 last = self.update == run.total_updates
                 if last or (run.checkpoint_every and self.update % run.checkpoint_every == 0):
                     self.save()

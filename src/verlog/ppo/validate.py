@@ -48,6 +48,8 @@ def _check_numbers(config: Config) -> None:
         value = getattr(config.ppo, key)
         if not value > 0:
             raise ConfigError(f"ppo.{key} must be > 0, got {value}")
+    if config.ppo.max_weight_abs < 0 or config.ppo.max_skipped_updates < 0:
+        raise ConfigError("ppo.max_weight_abs and ppo.max_skipped_updates must be >= 0 (0 = off)")
     if config.ppo.weight_decay < 0 or config.ppo.max_grad_norm <= 0:
         raise ConfigError(
             "ppo.weight_decay must be >= 0 and ppo.max_grad_norm > 0, "
