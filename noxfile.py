@@ -58,6 +58,12 @@ def bench_update(session: nox.Session) -> None:
 
 
 @nox.session
+def bench_replay(session: nox.Session) -> None:
+    """Time to rebuild a Crafter sub-env on resume by replaying 2000 and 10000 actions."""
+    session.run("python", "benchmarks/replay.py", *session.posargs)
+
+
+@nox.session
 def learn(session: nox.Session) -> None:
     """The learning demonstration: PPO from a tiny random model on BabyAI GoTo; fails unless it learns."""
     session.run("python", "benchmarks/learn.py", *session.posargs)

@@ -44,7 +44,7 @@ def _copy(run: Path, tmp_path: Path) -> Path:
 CORRUPTIONS = {
     "truncated optimiser state": lambda c: _truncate(c / "state" / "optimizer.bin"),
     "empty RNG state": lambda c: (c / "state" / "random_states_0.pkl").write_bytes(b""),
-    "deleted env states": lambda c: (c / "envs-0.json").unlink(),
+    "deleted env states": lambda c: (c / "envs-0.json.gz").unlink(),
     "deleted trainer state": lambda c: (c / "trainer-0.json").unlink(),
     "flipped weight byte": lambda c: _flip(c / "state" / "model.safetensors"),
     "no manifest": lambda c: (c / MANIFEST).unlink(),

@@ -10,6 +10,7 @@ whose ``--cpu`` flag started each process alone. Every wait is bounded; a failur
 from __future__ import annotations
 
 import contextlib
+import gzip
 import json
 import os
 import shlex
@@ -197,12 +198,15 @@ def check_two_machine_run(out: str, run: Path, model_path: Path, *, engine: str)
     assert all(r["charts/generated_tokens"] > 2 * 2 * 16 for r in rows)
     final = run / "checkpoints" / "000002"
     assert sorted(p.name for p in final.glob("trainer-*.json")) == ["trainer-0.json", "trainer-1.json"]
-    assert sorted(p.name for p in final.glob("envs-*.json")) == ["envs-0.json", "envs-1.json"]
+    assert sorted(p.name for p in final.glob("envs-*.json.gz")) == ["envs-0.json.gz", "envs-1.json.gz"]
     states = [json.loads((final / f"trainer-{r}.json").read_text()) for r in (0, 1)]
     assert states[0]["weights_checksum"] == states[1]["weights_checksum"]  # both machines hold the same model
     # Disjoint seeds: each machine's envs play their own episodes (seed + rank * num_envs).
     seeds = [
-        [json.dumps([env["seed"], env["rng"]]) for env in json.loads((final / f"envs-{r}.json").read_text())]
+        [
+            json.dumps([env["seed"], env["rng"]])
+            for env in json.loads(gzip.decompress((final / f"envs-{r}.json.gz").read_bytes()))
+        ]
         for r in (0, 1)
     ]
     assert len({s for part in seeds for s in part}) == 4, seeds

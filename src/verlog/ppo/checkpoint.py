@@ -8,7 +8,7 @@ checkpoint intact; :func:`latest_checkpoint` only ever sees complete ones. Insid
                       (under DeepSpeed: the actor's engine, i.e. every process's ZeRO shards of it)
     critic_state/     under DeepSpeed only: the critic's engine (each model has its own accelerator there)
     trainer-<rank>.json counters, storage slot 0, running episode statistics, the samples RNG (one per process)
-    envs-<rank>.json  each sub-env's episode as data: its seed and the actions since (verlog.replay), replayed
+    envs-<rank>.json.gz each sub-env's episode as data: its seed and the actions since (verlog.replay), replayed
                       on resume, memories included
     manifest.json     every other file's size and sha256, written last (verlog.ppo.manifest): --resume uses the
                       newest checkpoint that matches it, and moves newer ones that do not aside (bad-NNNNNN)
@@ -23,6 +23,7 @@ run code. accelerate writes the models as safetensors and loads its optimiser an
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import re
@@ -88,7 +89,10 @@ def save_checkpoint(
         other.save_state(str(tmp / name))
     (tmp / f"trainer-{rank}.json").write_text(json.dumps(to_json(trainer_state)))
     if envs is not None:
-        (tmp / f"envs-{rank}.json").write_text(json.dumps(envs))
+        with gzip.open(
+            tmp / f"envs-{rank}.json.gz", "wt", compresslevel=1
+        ) as f:  # long episodes repeat a lot
+            json.dump(envs, f)
     if export is not None:
         export(tmp / "actor")
     accelerator.wait_for_everyone()
@@ -148,8 +152,11 @@ def _load(
     weights_only_load(path / "state" / f"random_states_{rank}.pkl")
     accelerator.load_state(str(path / "state"))  # last: its RNG states are the ones that count
     trainer_state = from_json(json.loads((path / f"trainer-{rank}.json").read_text()))
-    envs_file = path / f"envs-{rank}.json"
-    envs = json.loads(envs_file.read_text()) if envs_file.exists() else None
+    envs_file = path / f"envs-{rank}.json.gz"
+    envs = None
+    if envs_file.exists():
+        with gzip.open(envs_file, "rt") as f:
+            envs = json.load(f)
     return trainer_state, envs
 
 
