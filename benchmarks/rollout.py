@@ -39,8 +39,8 @@ from verlog.models.prompts import PromptBuilder
 from verlog.models.sources import resolve_model_path
 from verlog.ppo.config import Config, ConfigError, load_config
 from verlog.ppo.rollout import Rollout
-from verlog.ppo.sampling import TransformersSampler
 from verlog.ppo.storage import TurnStorage
+from verlog.sampling import TransformersSampler
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"

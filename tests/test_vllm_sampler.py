@@ -14,7 +14,7 @@ from verlog.models.tiny import build_tiny
 from verlog.models.weights import full_weights
 from verlog.ppo.config import ConfigError, load_config
 from verlog.ppo.policy import actor_logprobs, collate
-from verlog.ppo.sampling import TransformersSampler, select_backend, vllm_unavailable
+from verlog.sampling import TransformersSampler, select_backend, vllm_unavailable
 
 PROMPTS = [[5, 6, 7], [8, 9, 10, 11, 12, 13], [14]]
 
@@ -61,7 +61,7 @@ def test_auto_picks_vllm_where_it_runs() -> None:
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory: pytest.TempPathFactory):
     """A tiny model (head size 64, which every attention backend takes), its actor on the GPU, and a sampler."""
-    from verlog.ppo.vllm_sampler import VLLMSampler
+    from verlog.sampling.vllm import VLLMSampler
 
     path = build_tiny(
         tmp_path_factory.mktemp("tiny") / "model", "verlog/BabyAI-GoTo-v0", hidden_size=128, num_heads=2
@@ -127,5 +127,5 @@ def test_weights_pushed_once_reach_the_engine_through_sleep_and_wake(engine) -> 
 
 def test_the_vllm_module_imports_without_vllm() -> None:
     """vLLM is imported inside the sampler only, so an install without it keeps the module importable."""
-    module = importlib.import_module("verlog.ppo.vllm_sampler")
+    module = importlib.import_module("verlog.sampling.vllm")
     assert hasattr(module, "VLLMSampler")

@@ -3,7 +3,7 @@
 Every agent answers a batch of turns at once (one ``generate`` call for all the envs that are waiting), and
 is told when each episode starts, with its seed, so a baseline can seed itself per episode and give the same
 actions however the episodes are scheduled. A model prompts and samples exactly as the learner does: the
-learner's :class:`~verlog.models.prompts.PromptBuilder` and :class:`~verlog.ppo.sampling.TransformersSampler`.
+learner's :class:`~verlog.models.prompts.PromptBuilder` and :class:`~verlog.sampling.TransformersSampler`.
 """
 
 from __future__ import annotations
@@ -231,7 +231,7 @@ class ModelAgent:
         import torch
 
         from verlog.models.loading import load_actor, load_tokenizer
-        from verlog.ppo.sampling import TransformersSampler
+        from verlog.sampling import TransformersSampler
 
         self.source = source
         self.settings = settings

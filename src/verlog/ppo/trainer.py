@@ -36,10 +36,10 @@ from verlog.ppo.config import Config
 from verlog.ppo.distributed import init_processes, merge_process_metrics, setup
 from verlog.ppo.logger import RunLogger
 from verlog.ppo.rollout import Rollout, score
-from verlog.ppo.sampling import Sampler, TransformersSampler, select_backend
 from verlog.ppo.storage import TurnStorage
 from verlog.ppo.update import ppo_update
 from verlog.samples import SampleWriter, TurnSample, pick_turns
+from verlog.sampling import Sampler, TransformersSampler, select_backend
 
 __all__ = ["Trainer", "new_run_dir"]
 
@@ -197,7 +197,7 @@ class Trainer:
             self.reference = load_reference(model.path, **common).to(self.accelerator.device)
 
     def _vllm_sampler(self) -> Sampler:
-        from verlog.ppo.vllm_sampler import VLLMSampler
+        from verlog.sampling.vllm import VLLMSampler
 
         weights = lambda: full_weights(self._unwrap(self.actor), self.dist.gathered, buffers=False)  # noqa: E731
         return VLLMSampler.from_config(self.config, self.tokenizer, weights, self.accelerator.process_index)

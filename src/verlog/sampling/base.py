@@ -1,7 +1,7 @@
 """Samplers: prompt token ids in, response token ids, text and per-token log-probs out.
 
 :class:`Sampler` is the seam between engines: :class:`TransformersSampler` runs ``model.generate`` on the actor
-itself, so its weights are always current; :class:`verlog.ppo.vllm_sampler.VLLMSampler` gets the actor's
+itself, so its weights are always current; :class:`verlog.sampling.vllm.VLLMSampler` gets the actor's
 weights in :meth:`Sampler.update_weights`, once per update, and frees its GPU memory in :meth:`Sampler.offload`
 while the learner trains. :func:`select_backend` picks one for ``sampling.backend``. Every response has at
 least one token and ends at the first EOS (included) or at ``max_new_tokens``. Sampling draws from torch's

@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from verlog.ppo.sampling import Samples, eos_token_ids
+from verlog.sampling.base import Samples, eos_token_ids
 
 __all__ = ["VLLMSampler"]
 
@@ -39,7 +39,7 @@ PUSH_CHUNK = 64
 
 
 class VLLMSampler:
-    """A colocated vLLM engine behind the :class:`verlog.ppo.sampling.Sampler` interface."""
+    """A colocated vLLM engine behind the :class:`verlog.sampling.Sampler` interface."""
 
     def __init__(
         self,

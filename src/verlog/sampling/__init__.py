@@ -1,0 +1,16 @@
+"""Samplers (floor 2): prompt token ids in, response token ids, text and log-probs out.
+
+:mod:`verlog.sampling.base` holds the :class:`Sampler` interface, the ``transformers`` sampler and the backend
+choice; :mod:`verlog.sampling.vllm` the vLLM engine (imported only when asked for, since it imports vLLM).
+"""
+
+from verlog.sampling.base import (
+    Sampler,
+    Samples,
+    TransformersSampler,
+    eos_token_ids,
+    select_backend,
+    vllm_unavailable,
+)
+
+__all__ = ["Sampler", "Samples", "TransformersSampler", "eos_token_ids", "select_backend", "vllm_unavailable"]
