@@ -43,8 +43,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"config: {error}")
 
     from verlog.ppo.trainer import Trainer  # torch and transformers load only once the config is good
+    from verlog.sampling import SamplerError
 
-    Trainer(config, resume=args.resume).train()
+    try:
+        trainer = Trainer(config, resume=args.resume)
+    except SamplerError as error:  # vLLM missing, or a model it cannot load: one line, nothing written lost
+        parser.exit(2, f"{parser.prog}: sampler: {error}\n")
+    trainer.train()
     return 0
 
 

