@@ -23,6 +23,7 @@ from verlog.models.tiny import build_tiny
 from verlog.sampling import vllm_unavailable
 from verlog.sampling.api import ApiSettings
 
+ROOT = Path(__file__).resolve().parents[1]
 TASK = "verlog/BabyAI-GoTo-v0"
 SET = ["prompt.max_response_tokens=6", "env.memory=none", "env.memory_kwargs={}"]
 KW = {"max_episode_steps": 3}
@@ -164,3 +165,12 @@ def test_a_vllm_server_scores_like_the_local_model(tmp_path: Path) -> None:
     assert records["api"] == records["local"]
     assert served["overall"]["score"] == local["overall"]["score"]
     assert actions(tmp_path / "api") == actions(tmp_path / "local")  # the same answers, turn by turn
+    # The same model through the in-process vLLM engine (verlog eval --backend vllm, its own process).
+    cli = [sys.executable, "agents/evaluate.py", str(model), "--suite", TASK, "--episodes", "2", "--num-envs", "2",
+           "--backend", "vllm", "--out", str(tmp_path / "engine"), "--quiet", "--device", "cpu",
+           "--env-kwargs", "{ max_episode_steps = 3 }", *[a for kv in SET for a in ("--set", kv)],
+           "--set", "sampling.vllm_cpu_kvcache_gib=0.25"]  # fmt: skip
+    done = subprocess.run(cli, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert json.loads((tmp_path / "engine" / "settings.json").read_text())["agent"]["sampler"] == "vllm"
+    assert actions(tmp_path / "engine") == actions(tmp_path / "local")
