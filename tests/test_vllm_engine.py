@@ -170,3 +170,16 @@ def test_ppo_with_vllm_completes_and_resumes_exactly(tiny: Path, tmp_path: Path)
     for file in files:
         a, b = load_file(file), load_file(resumed / file.relative_to(first))
         assert all(torch.equal(a[k], b[k]) for k in a), file
+
+
+def test_a_model_the_engine_cannot_load_is_one_line(tiny: Path, tmp_path: Path) -> None:
+    from verlog.sampling import SamplerError
+    from verlog.sampling.vllm import VLLMSampler
+
+    broken = tmp_path / "broken"
+    shutil.copytree(tiny, broken)
+    config = json.loads((broken / "config.json").read_text())
+    (broken / "config.json").write_text(json.dumps({**config, "architectures": ["NoSuchModelForCausalLM"]}))
+    with pytest.raises(SamplerError, match=r"^vLLM cannot load .*sampling.backend=transformers") as caught:
+        VLLMSampler(str(broken), load_tokenizer(str(tiny)), None, max_new_tokens=4, max_model_len=64)
+    assert "\n" not in str(caught.value)
