@@ -95,7 +95,11 @@ class VLLMSampler:
             kwargs["enable_sleep_mode"] = self.sleep_level > 0
         threads, set_threads = torch.get_num_threads(), torch.set_num_threads
         try:
+            from vllm import SamplingParams
+
             self.llm = LLM(**kwargs)
+            # One token now: some failures (e.g. a head size the CPU attention lacks) only show in a forward.
+            self.llm.generate([{"prompt_token_ids": [0]}], SamplingParams(max_tokens=1), use_tqdm=False)
         except Exception as error:  # vLLM raises anything for a model it cannot run
             message = " ".join(str(error).split())[:400]
             raise SamplerError(
