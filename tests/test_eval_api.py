@@ -24,6 +24,8 @@ from verlog.sampling import vllm_unavailable
 from verlog.sampling.api import ApiSettings
 
 ROOT = Path(__file__).resolve().parents[1]
+#: torch.distributed variables an in-process engine sets; a child process must pick its own.
+LAUNCH_VARS = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}
 TASK = "verlog/BabyAI-GoTo-v0"
 SET = ["prompt.max_response_tokens=6", "env.memory=none", "env.memory_kwargs={}"]
 KW = {"max_episode_steps": 3}
@@ -126,7 +128,8 @@ def test_a_vllm_server_scores_like_the_local_model(tmp_path: Path) -> None:
         "--port", str(port), "--enforce-eager", "--served-model-name", "tiny", "--max-model-len", "512",
         "--dtype", "float32", "--kv-cache-memory-bytes", str(2**28),
     ]  # fmt: skip
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARS}  # an engine of this process set them
+    env.update({"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"})
     log = open(tmp_path / "server.log", "w")  # noqa: SIM115 (closed below)
     server = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:

@@ -20,6 +20,8 @@ from verlog.ppo.policy import actor_logprobs, collate
 from verlog.sampling import TransformersSampler, vllm_unavailable
 
 ROOT = Path(__file__).resolve().parents[1]
+#: torch.distributed variables an in-process engine sets; a child process must pick its own.
+LAUNCH_VARS = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}
 _UNAVAILABLE = vllm_unavailable("cpu")
 pytestmark = pytest.mark.skipif(_UNAVAILABLE is not None, reason=f"vLLM does not run here: {_UNAVAILABLE}")
 NEW_TOKENS = 8
@@ -138,7 +140,8 @@ def _records(run_dir: Path) -> list[dict]:
 def test_ppo_with_vllm_completes_and_resumes_exactly(tiny: Path, tmp_path: Path) -> None:
     """accelerate launch agents/ppo.py ... sampling.backend=vllm, 3 updates; then update 3 again from the
     checkpoint of update 2 in a fresh process (a fresh engine): the same samples, losses and weights."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARS}  # the module's engine set them
+    env.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1"})
     overrides = [
         f"run.output_dir={tmp_path}", f"model.path={tiny}", "run.total_updates=3", "run.checkpoint_every=1",
         "run.keep_checkpoints=3", "run.console=false", "env.num_envs=2", "ppo.turns_per_update=2",
