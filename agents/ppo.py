@@ -55,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         quiet_console()
     from verlog.ppo.launch import LaunchError, exit_on_peer_loss
     from verlog.ppo.trainer import Trainer  # torch and transformers load only once the config is good
+    from verlog.sampling import SamplerError
 
     trainer = None
     try:
@@ -65,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     except LaunchError as error:
         print(f"{parser.prog}: launch: {error}", file=sys.stderr)
         return 2
+    except SamplerError as error:  # vLLM missing, or a model it cannot load: one line, nothing written lost
+        parser.exit(2, f"{parser.prog}: sampler: {error}\n")
     return 0
 
 

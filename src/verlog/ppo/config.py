@@ -141,11 +141,15 @@ class SamplingConfig:
     batch_size: int = 0
     """Prompts per generate call (0 = all envs at once)."""
     backend: Literal["auto", "transformers", "vllm"] = "auto"
-    """Generation engine: "auto" takes vLLM when it imports and a CUDA GPU is present, else transformers."""
+    """Generation engine: "auto" takes vLLM where it imports, on a GPU or (CPU) for a model of 100 MB or more."""
     vllm_gpu_memory_utilization: float = 0.3
     """Fraction of the GPU vLLM may take (weights + KV cache); the rest is left to training."""
     vllm_sleep_level: int = 1
-    """vLLM sleep while training: 1 = weights to CPU and KV cache freed, 2 = weights dropped too, 0 = awake."""
+    """vLLM sleep while training (GPU only): 1 = weights to CPU, KV cache freed; 2 = weights dropped too; 0 = awake."""
+    vllm_cpu_kvcache_gib: float = 1.0
+    """KV cache of vLLM on a CPU, in GiB (VLLM_CPU_KVCACHE_SPACE); 1 holds ~30k tokens of a 135M model."""
+    vllm_enforce_eager: bool = True
+    """Run vLLM without torch.compile / CUDA graphs: on a CPU it loads in seconds instead of minutes."""
 
 
 @dataclass
@@ -274,6 +278,10 @@ class Config:
         if not 0.0 < self.sampling.vllm_gpu_memory_utilization < 1.0:
             raise ConfigError(
                 f"sampling.vllm_gpu_memory_utilization must be in (0, 1), got {self.sampling.vllm_gpu_memory_utilization}"
+            )
+        if self.sampling.vllm_cpu_kvcache_gib <= 0:
+            raise ConfigError(
+                f"sampling.vllm_cpu_kvcache_gib must be > 0, got {self.sampling.vllm_cpu_kvcache_gib}"
             )
         if self.sampling.vllm_sleep_level not in (0, 1, 2):
             raise ConfigError(

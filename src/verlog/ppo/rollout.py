@@ -20,9 +20,9 @@ from torch import nn
 
 from verlog.models.prompts import PromptBuilder
 from verlog.ppo.policy import Batch, actor_logprobs, collate, critic_values
-from verlog.ppo.sampling import Sampler
 from verlog.ppo.storage import TurnStorage, pack_by_tokens
 from verlog.samples import family_of
+from verlog.sampling import Sampler
 from verlog.vector import sub_env_info
 
 __all__ = ["Rollout", "score", "state_values"]

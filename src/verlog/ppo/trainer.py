@@ -37,10 +37,10 @@ from verlog.ppo.console import attach_run_log
 from verlog.ppo.distributed import init_processes, merge_process_metrics, setup
 from verlog.ppo.logger import RunLogger
 from verlog.ppo.rollout import Rollout, score
-from verlog.ppo.sampling import Sampler, TransformersSampler, select_backend
 from verlog.ppo.storage import TurnStorage
 from verlog.ppo.update import ppo_update
 from verlog.samples import SampleWriter, TurnSample, pick_turns
+from verlog.sampling import Sampler, TransformersSampler, select_backend
 
 __all__ = ["Trainer", "new_run_dir"]
 
@@ -103,7 +103,7 @@ class Trainer:
         model.path = resolved[0]
         set_seed(config.run.seed)  # fresh weights (value head, LoRA) start equal on every process
         self.tokenizer = load_tokenizer(model.path)
-        backend, reason = select_backend(config.sampling.backend, accelerator.device)
+        backend, reason = select_backend(config.sampling.backend, accelerator.device, model.path)
         vllm = self._vllm_sampler() if backend == "vllm" else None  # before the learner's models fill the GPU
         self._build_models(lora)
         set_seed(config.run.seed + rank)
@@ -200,10 +200,13 @@ class Trainer:
             self.reference = load_reference(model.path, **common).to(self.accelerator.device)
 
     def _vllm_sampler(self) -> Sampler:
-        from verlog.ppo.vllm_sampler import VLLMSampler
+        from verlog.sampling.vllm import VLLMSampler, own_cores
 
+        device, state = self.accelerator.device, self.accelerator.state
+        if device.type == "cpu":  # one engine per process: each on its own cores
+            own_cores(state.local_process_index, state.num_processes if state.num_processes > 1 else 1)
         weights = lambda: full_weights(self._unwrap(self.actor), self.dist.gathered, buffers=False)  # noqa: E731
-        return VLLMSampler.from_config(self.config, self.tokenizer, weights, self.accelerator.process_index)
+        return VLLMSampler.from_config(self.config, self.tokenizer, weights, device, state.process_index)
 
     def _unwrap(self, model: torch.nn.Module) -> torch.nn.Module:
         """The model without its DDP or DeepSpeed wrapper: generation and no-grad scoring call it directly."""
@@ -236,10 +239,12 @@ class Trainer:
         cfg, ppo = self.config, self.config.ppo
         start = time.perf_counter()
         self.sampler.update_weights()
+        sync = getattr(self.sampler, "weight_sync_seconds", 0.0)  # 0 for the transformers sampler
         every = cfg.run.samples_every
         # Numbered as logged (update 1 is the first): samples of update k, 2k, ... and so of the last.
         turns: list[dict[str, Any]] | None = [] if every and (self.update + 1) % every == 0 else None
         metrics = self.rollout.collect(self.storage, samples=turns)
+        metrics["time/weight_sync"] = sync
         self.sampler.offload()
         metrics.update(self._score(self.storage, logprobs=True))
         self.storage.compute_returns(
