@@ -191,7 +191,7 @@ class PPOConfig:
     token_lam: float = 1.0
     """GAE lambda across the tokens of one response."""
     reuse_sampler_logprobs: bool = False
-    """Take the sampler's log-probs as the old log-probs (no actor scoring pass; transformers sampler only: same weights)."""
+    """Take the sampler's log-probs as the old ones, skipping the actor's scoring pass (transformers sampler only)."""
     kl_coef: float = 1e-3
     """Per-token KL penalty to the frozen reference, in the reward (0 = no reference model)."""
     critic_warmup_batches: int = 0

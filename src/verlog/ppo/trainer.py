@@ -336,7 +336,12 @@ class Trainer:
 
     def _score(self, storage: TurnStorage, *, logprobs: bool) -> dict[str, float]:
         clock = time.perf_counter()
-        reuse = logprobs and self.config.ppo.reuse_sampler_logprobs
+        # Only the transformers sampler computes with the learner's own weights and kernels.
+        reuse = (
+            logprobs
+            and self.config.ppo.reuse_sampler_logprobs
+            and isinstance(self.sampler, TransformersSampler)
+        )
         score(
             storage,
             actor=self._unwrap(self.actor) if logprobs and not reuse else None,
