@@ -20,17 +20,11 @@ from typing import Any
 
 import torch
 
-from verlog.models.loading import (
-    AdapterDisabled,
-    LoraSpec,
-    load_actor,
-    load_critic,
-    load_reference,
-    load_tokenizer,
-)
+from verlog.models.loading import LoraSpec, load_tokenizer
 from verlog.models.prompts import prompt_builder
 from verlog.models.sources import resolve_model_path
 from verlog.models.weights import export_pretrained, full_weights, weights_checksum
+from verlog.ppo.build import build_models
 from verlog.ppo.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from verlog.ppo.config import Config
 from verlog.ppo.distributed import init_processes, merge_process_metrics, setup
@@ -155,46 +149,11 @@ class Trainer:
         self.logger.print(f"processes: {self.dist.describe()}; sampler: {backend} ({reason})")
 
     def _build_models(self, lora: LoraSpec | None) -> None:
-        """Load and prepare actor, critic and reference; under DeepSpeed each inside its own plugin."""
-        dist, model, ppo = self.dist, self.config.model, self.config.ppo
-        common = {"dtype": model.dtype, "attn_implementation": model.attn_implementation}
-        checkpointing = model.gradient_checkpointing
-        with dist.loading("actor"):
-            actor = load_actor(model.path, gradient_checkpointing=checkpointing, lora=lora, **common)
-            actor_optimizer = _adamw(actor, ppo.actor_lr, ppo.weight_decay)
-            if dist.deepspeed:
-                actor, actor_optimizer = dist.actor.prepare(actor, actor_optimizer)
-        with dist.loading("critic"):
-            critic = load_critic(
-                model.critic_path or model.path,
-                head=model.critic_head,
-                gradient_checkpointing=checkpointing,
-                lora=lora if model.critic_lora else None,
-                **common,
-            )
-            critic_optimizer = _adamw(critic, ppo.critic_lr, ppo.weight_decay)
-            if dist.deepspeed:
-                critic, critic_optimizer = dist.critic.prepare(critic, critic_optimizer)
-        if not dist.deepspeed:
-            actor, critic, actor_optimizer, critic_optimizer = dist.actor.prepare(
-                actor, critic, actor_optimizer, critic_optimizer
-            )
-        self.actor, self.critic = actor, critic
-        actor.eval()  # DeepSpeed's engine returns None from eval()
-        critic.eval()
-        self.actor_optimizer, self.critic_optimizer = actor_optimizer, critic_optimizer
-        self.reference: torch.nn.Module | None = None
-        self.reference_engine: torch.nn.Module | None = None
-        if ppo.kl_coef <= 0:
-            return
-        if lora is not None:  # the base model itself: no third copy of the weights
-            self.reference = AdapterDisabled(self._unwrap(actor))
-        elif dist.reference is not None:  # ZeRO-3: a sharded, optimiser-less engine
-            with dist.loading("reference"):
-                self.reference_engine = dist.reference.prepare(load_reference(model.path, **common))
-            self.reference = self._unwrap(self.reference_engine)
-        else:
-            self.reference = load_reference(model.path, **common).to(self.accelerator.device)
+        """Load and prepare actor, critic and reference (:func:`verlog.ppo.build.build_models`)."""
+        m = build_models(self.dist, self.config, lora)
+        self.actor, self.critic, self.reference = m.actor, m.critic, m.reference
+        self.reference_engine = m.reference_engine
+        self.actor_optimizer, self.critic_optimizer = m.actor_optimizer, m.critic_optimizer
 
     def _vllm_sampler(self) -> Sampler:
         from verlog.ppo.vllm_sampler import VLLMSampler
@@ -452,10 +411,3 @@ def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             flat[prefix + key] = value if isinstance(value, int | float | str | bool) else str(value)
     return flat
-
-
-def _adamw(model: torch.nn.Module, lr: float, weight_decay: float) -> torch.optim.Optimizer:
-    """AdamW over the trainable parameters (LoRA leaves the base frozen). A torch optimiser under DeepSpeed
-    too: a DeepSpeed-config optimiser would compile a large extension first."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
