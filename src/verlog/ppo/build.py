@@ -2,7 +2,8 @@
 
 Under DeepSpeed each model is prepared inside its own plugin (one engine per model); otherwise one accelerator
 prepares actor and critic together (DDP). The reference is the actor with its adapters off under LoRA (no
-third copy of the weights), a sharded optimiser-less engine under ZeRO-3, or a plain frozen copy.
+third copy of the weights), a sharded optimiser-less engine under ZeRO-3, or a plain frozen copy. A critic-free
+estimator (``algo.advantage`` other than "gae") gets no critic at all: none is loaded, prepared or saved.
 """
 
 from __future__ import annotations
@@ -23,9 +24,9 @@ class Models:
     """What :func:`build_models` returns: prepared models and optimisers."""
 
     actor: torch.nn.Module
-    critic: torch.nn.Module
+    critic: torch.nn.Module | None
     actor_optimizer: torch.optim.Optimizer
-    critic_optimizer: torch.optim.Optimizer
+    critic_optimizer: torch.optim.Optimizer | None
     reference: torch.nn.Module | None = None
     reference_engine: torch.nn.Module | None = None
 
@@ -40,23 +41,17 @@ def build_models(dist: Any, config: Config, lora: LoraSpec | None) -> Models:
         actor_optimizer = adamw(actor, ppo.actor_lr, ppo.weight_decay)
         if dist.deepspeed:
             actor, actor_optimizer = dist.actor.prepare(actor, actor_optimizer)
-    with dist.loading("critic"):
-        critic = load_critic(
-            model.critic_path or model.path,
-            head=model.critic_head,
-            gradient_checkpointing=checkpointing,
-            lora=lora if model.critic_lora else None,
-            **common,
-        )
-        critic_optimizer = adamw(critic, ppo.critic_lr, ppo.weight_decay)
-        if dist.deepspeed:
-            critic, critic_optimizer = dist.critic.prepare(critic, critic_optimizer)
+    critic, critic_optimizer = _critic(dist, config, lora) if config.algo.critic else (None, None)
     if not dist.deepspeed:
-        actor, critic, actor_optimizer, critic_optimizer = dist.actor.prepare(
-            actor, critic, actor_optimizer, critic_optimizer
-        )
+        if critic is None:
+            actor, actor_optimizer = dist.actor.prepare(actor, actor_optimizer)
+        else:
+            actor, critic, actor_optimizer, critic_optimizer = dist.actor.prepare(
+                actor, critic, actor_optimizer, critic_optimizer
+            )
     actor.eval()  # DeepSpeed's engine returns None from eval()
-    critic.eval()
+    if critic is not None:
+        critic.eval()
     models = Models(actor, critic, actor_optimizer, critic_optimizer)
     if ppo.kl_coef <= 0:
         return models
@@ -69,6 +64,25 @@ def build_models(dist: Any, config: Config, lora: LoraSpec | None) -> Models:
     else:
         models.reference = load_reference(model.path, **common).to(dist.actor.device)
     return models
+
+
+def _critic(
+    dist: Any, config: Config, lora: LoraSpec | None
+) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    model = config.model
+    with dist.loading("critic"):
+        critic = load_critic(
+            model.critic_path or model.path,
+            head=model.critic_head,
+            gradient_checkpointing=model.gradient_checkpointing,
+            lora=lora if model.critic_lora else None,
+            dtype=model.dtype,
+            attn_implementation=model.attn_implementation,
+        )
+        optimizer = adamw(critic, config.ppo.critic_lr, config.ppo.weight_decay)
+        if dist.deepspeed:
+            critic, optimizer = dist.critic.prepare(critic, optimizer)
+    return critic, optimizer
 
 
 def adamw(model: torch.nn.Module, lr: float, weight_decay: float) -> torch.optim.Optimizer:

@@ -28,6 +28,7 @@ from verlog.ppo.build import build_models
 from verlog.ppo.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from verlog.ppo.config import Config
 from verlog.ppo.distributed import init_processes, merge_process_metrics, setup
+from verlog.ppo.group_rollout import group_batches
 from verlog.ppo.logger import RunLogger
 from verlog.ppo.rollout import Rollout, score
 from verlog.ppo.sampling import Sampler, TransformersSampler, select_backend
@@ -123,6 +124,8 @@ class Trainer:
         self.storage = TurnStorage(
             ppo.turns_per_update, env.num_envs, config.prompt.max_response_tokens, self.tokenizer.pad_token_id
         )
+        if not config.algo.critic:  # whole episodes in groups instead (verlog.ppo.group_rollout)
+            self.rollout, self.storage = group_batches(self, prompts, rank)
         self.update = 0
         self.global_step = 0
         self.warmed_up = ppo.critic_warmup_iters == 0
@@ -211,11 +214,12 @@ class Trainer:
         if turns is not None:
             self._write_samples(turns)
         self.update += 1
-        self.global_step += self.derived.global_batch_turns
+        batch = self.derived.global_batch_turns if cfg.algo.critic else self._batch_turns()
+        self.global_step += batch
         elapsed = time.perf_counter() - start
         metrics["time/total"] = elapsed
         # Rates over all processes: turns are the global batch (averaged below), tokens this process's (summed).
-        metrics["charts/turns_per_s"] = self.derived.global_batch_turns / elapsed
+        metrics["charts/turns_per_s"] = batch / elapsed
         metrics["charts/tokens_per_s"] = metrics["charts/generated_tokens"] / elapsed
         metrics["charts/temperature"] = cfg.sampling.temperature
         return self._mean_over_processes(metrics, self.rollout.episode_counts)
@@ -288,7 +292,7 @@ class Trainer:
         score(
             storage,
             actor=self._unwrap(self.actor) if logprobs else None,
-            critic=self._unwrap(self.critic),
+            critic=None if self.critic is None else self._unwrap(self.critic),
             reference=self.reference if logprobs else None,
             temperature=self.config.sampling.temperature,
             max_tokens=self.config.ppo.micro_batch_tokens,
@@ -298,7 +302,8 @@ class Trainer:
         metrics = {"time/score": time.perf_counter() - clock}
         mask = storage.response_mask
         tokens = mask.sum().clamp(min=1)
-        metrics["charts/value"] = float(storage.values[:-1].mean())
+        if self.critic is not None:
+            metrics["charts/value"] = float(storage.values[:-1].mean())
         if logprobs:
             gap = (storage.sampler_logprobs - storage.old_logprobs).abs() * mask
             metrics["charts/sampler_logprob_gap"] = float(gap.sum() / tokens)
@@ -322,6 +327,10 @@ class Trainer:
             train_actor=train_actor,
             limit=limit,
         )
+
+    def _batch_turns(self) -> int:
+        """Turns of this update over all processes (whole-episode batches vary in length)."""
+        return int(self._all_reduce(torch.tensor([float(self.storage.num_played)])).item())
 
     def _all_reduce(self, tensor: torch.Tensor) -> torch.Tensor:
         if self.accelerator.num_processes == 1:
@@ -350,7 +359,9 @@ class Trainer:
             "prompt_cuts": self.rollout.prompts.cuts,
             # This process's view of the weights: every process holds the same unless their sync failed.
             "weights_checksum": [
-                weights_checksum(self._unwrap(m), self.dist.gathered) for m in (self.actor, self.critic)
+                weights_checksum(self._unwrap(m), self.dist.gathered)
+                for m in (self.actor, self.critic)
+                if m is not None
             ],
         }
         sync = self.config.env.vectorization_mode == "sync"
@@ -369,7 +380,8 @@ class Trainer:
 
     def _more_states(self) -> dict[str, Any]:
         """The critic's accelerator, when it is not the actor's (DeepSpeed: one engine per model)."""
-        return {} if self.dist.critic is self.dist.actor else {"critic_state": self.dist.critic}
+        separate = self.critic is not None and self.dist.critic is not self.dist.actor
+        return {"critic_state": self.dist.critic} if separate else {}
 
     def _export(self, folder: Path) -> None:
         """The actor as a plain HF model (ZeRO-3 shards gathered, LoRA merged) and the tokenizer."""
