@@ -124,9 +124,21 @@ class GroupRollout(Rollout):
     """Plays ``groups x G`` whole episodes per batch into a :class:`GroupStorage` (sync vector envs only)."""
 
     def __init__(
-        self, envs: Any, sampler: Any, prompts: Any, *, algo: AlgoConfig, seed: int, stride: int, **kw: Any
+        self,
+        envs: Any,
+        sampler: Any,
+        prompts: Any,
+        *,
+        algo: AlgoConfig,
+        seed: int,
+        stride: int,
+        any_running: Callable[[bool], bool] | None = None,
+        **kw: Any,
     ):
         super().__init__(envs, sampler, prompts, **kw)
+        #: Whether any process still has an episode running, when generation is collective (ZeRO-3 with
+        #: several processes): a process whose episodes ended generates for an idle prompt until all have.
+        self.any_running = any_running
         self.algo = algo
         self.seed, self.stride = seed, stride
         self.batches = 0  # batches collected so far: with the seed, the resets of the next one
@@ -158,9 +170,13 @@ class GroupRollout(Rollout):
         self.episode_length[:] = 0
         active = list(range(N))
         for t in range(K):
+            if not (active if self.any_running is None else self.any_running(bool(active))):
+                break
             start = time.perf_counter()
-            out = self.sampler.generate([storage.prompts[t][n] for n in active])
+            out = self.sampler.generate([storage.prompts[t][n] for n in active] or storage.prompts[0][:1])
             clock["time/generate"] += time.perf_counter() - start
+            if not active:
+                continue  # an idle pass that only kept the collective generation in step
             tokens += sum(len(ids) for ids in out.token_ids)
             going: list[int] = []
             observations: list[str] = []
@@ -206,8 +222,6 @@ class GroupRollout(Rollout):
                 storage.prompts[t + 1][n] = ids
             clock["time/prompt"] += time.perf_counter() - start
             active = going
-            if not active:
-                break
         self.batches += 1
         result = group_advantages(
             rewards,
@@ -287,6 +301,9 @@ def group_batches(trainer: Any, prompts: Any, rank: int) -> tuple[GroupRollout, 
         algo=algo,
         seed=config.run.seed + rank * groups,
         stride=groups * trainer.derived.world_size,
+        any_running=(lambda running: trainer._all_reduce(torch.tensor([float(running)])).item() > 0)
+        if trainer.dist.lockstep
+        else None,
         binary_reward=env.binary_reward,
         env_id=env.id,
     )
