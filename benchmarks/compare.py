@@ -281,7 +281,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     plot(
         summary,
         args.out / "compare.png",
-        f"BabyAI GoTo, tiny random model, {args.seeds} seeds, same turn budget",
+        f"BabyAI GoTo, tiny random model, {min(map(len, runs.values()))} seeds, same turn budget",
     )
     print(text)
     print(f"wrote {args.out / 'compare.json'}, compare.md and compare.png")
