@@ -13,9 +13,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from verlog import tomlconfig
+from verlog.ppo.algo import AlgoConfig, check_algo
 from verlog.tomlconfig import ConfigError
 
 __all__ = [
+    "AlgoConfig",
     "Config",
     "ConfigError",
     "Derived",
@@ -228,6 +230,8 @@ class Config:
     """Generation settings during training."""
     ppo: PPOConfig = field(default_factory=PPOConfig)
     """The algorithm's hyperparameters."""
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    """The advantage estimator: PPO's critic, or a critic-free group baseline (GRPO, GiGPO)."""
 
     def derive(self, world_size: int = 1) -> Derived:
         """Check the sizes against each other and return the derived ones."""
@@ -298,6 +302,7 @@ class Config:
                 "critic pre-training needs both ppo.critic_warmup_batches and ppo.critic_warmup_iters > 0 "
                 f"(got {ppo.critic_warmup_batches} and {ppo.critic_warmup_iters}); set both to 0 to turn it off"
             )
+        check_algo(self)
         sample = min(ppo.critic_warmup_sample, ppo.critic_warmup_batches)
         if ppo.critic_warmup_batches and ppo.critic_warmup_sample <= 0:
             raise ConfigError(f"ppo.critic_warmup_sample must be > 0, got {ppo.critic_warmup_sample}")
