@@ -20,7 +20,11 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
-GAMES = {"babyai": "verlog/BabyAI-GoTo-v0", "crafter": "verlog/Crafter-v0", "babaisai": "verlog/BabaIsAI-Mixed-v0"}
+GAMES = {
+    "babyai": "verlog/BabyAI-GoTo-v0",
+    "crafter": "verlog/Crafter-v0",
+    "babaisai": "verlog/BabaIsAI-Mixed-v0",
+}
 #: (style, examples, format, memory): the default, each one changed alone, and the old default.
 SETTINGS = [
     ("short", 1, "action", "none"),
@@ -61,7 +65,9 @@ def states(env_id: str, memory: str, count: int, seed: int = 0) -> list[tuple[st
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--model", default="", help="model folder (default: SmolLM2, fetched on first use)")
     parser.add_argument("--states", type=int, default=24, help="states per game and memory")
     parser.add_argument("--games", default=",".join(GAMES), help="comma-separated: babyai, crafter, babaisai")

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 from toy_env import TOY_ID
+from verlog.ppo.sampling import TransformersSampler
 
 import verlog
 from verlog.memory import RAW_KEY
@@ -25,7 +26,6 @@ from verlog.ppo.algo import AlgoConfig, check_anchor_observation
 from verlog.ppo.config import ConfigError, load_config
 from verlog.ppo.group_rollout import GroupRollout, GroupStorage
 from verlog.ppo.groups import EPS, GroupAdvantages, discounted_returns, episode_advantages, group_advantages
-from verlog.ppo.sampling import TransformersSampler
 from verlog.ppo.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
