@@ -24,10 +24,12 @@ thread count restored afterwards, and with several processes each one is pinned 
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -97,7 +99,8 @@ class VLLMSampler:
         try:
             from vllm import SamplingParams
 
-            self.llm = LLM(**kwargs)
+            with _without_modules("llvmlite"):
+                self.llm = LLM(**kwargs)
             # One token now: some failures (e.g. a head size the CPU attention lacks) only show in a forward.
             self.llm.generate([{"prompt_token_ids": [0]}], SamplingParams(max_tokens=1), use_tqdm=False)
         except Exception as error:  # vLLM raises anything for a model it cannot run
@@ -238,6 +241,22 @@ def own_cores(local_rank: int, local_world_size: int) -> list[int]:
     os.sched_setaffinity(0, mine)
     torch.set_num_threads(len(mine))
     return mine
+
+
+@contextlib.contextmanager
+def _without_modules(prefix: str) -> Iterator[None]:
+    """Hide already imported modules from ``sys.modules`` for a moment, then put them back.
+
+    vLLM 0.32 scans every module's namespace when it builds an engine and fails on llvmlite's function wrappers
+    ("'_lib_fn_wrapper' object has no attribute 'get'") once numba was imported by anything else.
+    """
+    hidden = {name: module for name, module in sys.modules.items() if name.split(".")[0] == prefix}
+    for name in hidden:
+        del sys.modules[name]
+    try:
+        yield
+    finally:
+        sys.modules.update(hidden)
 
 
 def _sampled_logprob(position: Any, token: int) -> float:
