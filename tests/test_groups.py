@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 import torch
 from toy_env import TOY_ID
-from verlog.ppo.sampling import TransformersSampler
 
 import verlog
 from verlog.memory import RAW_KEY
@@ -27,6 +26,7 @@ from verlog.ppo.config import ConfigError, load_config
 from verlog.ppo.group_rollout import GroupRollout, GroupStorage
 from verlog.ppo.groups import EPS, GroupAdvantages, discounted_returns, episode_advantages, group_advantages
 from verlog.ppo.trainer import Trainer
+from verlog.sampling import TransformersSampler
 
 ROOT = Path(__file__).resolve().parents[1]
 GOTO = "verlog/BabyAI-GoTo-v0"
