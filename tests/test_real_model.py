@@ -113,29 +113,29 @@ def test_one_evaluation_episode(smollm2: Path, tmp_path: Path) -> None:
 
 
 def test_one_ppo_update(smollm2: Path, tmp_path: Path) -> None:
-    from verlog.ppo.config import load_config
-    from verlog.ppo.trainer import Trainer
+    """The preset as a user runs it (its own process: bf16 autocast and the sampler are per-process state)."""
+    import os
+    import subprocess
+    import sys
 
-    config = load_config(
-        ROOT / "envs" / "smollm2.toml",
-        [
-            f"run.output_dir={tmp_path}",
-            f"model.path={smollm2}",
-            "run.total_updates=1",
-            "run.checkpoint_every=0",
-            "run.export_actor=false",
-            "run.console=false",
-            "env.num_envs=2",
-            "ppo.turns_per_update=2",
-            "prompt.max_response_tokens=6",
-        ],
-    )
-    trainer = Trainer(config)
-    before = trainer._unwrap(trainer.actor).model.embed_tokens.weight.detach().clone()
-    trainer.train()
-    (record,) = [json.loads(line) for line in (trainer.run_dir / "metrics.jsonl").read_text().splitlines()]
+    from safetensors import safe_open
+
+    command = [
+        sys.executable, "agents/ppo.py", "--config", "envs/smollm2.toml",
+        f"run.output_dir={tmp_path}", f"model.path={smollm2}", "run.total_updates=1", "run.checkpoint_every=0",
+        "env.num_envs=2", "ppo.turns_per_update=2", "prompt.max_response_tokens=6",
+    ]  # fmt: skip
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    run_dir = tmp_path / "smollm2-0001"
+    (record,) = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert record["losses/optimizer_steps"] == 1.0 and record["losses/skipped_steps"] == 0.0
     assert record["global_step"] == 4
-    after = trainer._unwrap(trainer.actor).model.embed_tokens.weight.detach()
-    assert not torch.equal(before, after)
-    assert torch.isfinite(after).all()
+    name = "model.embed_tokens.weight"
+    with (
+        safe_open(smollm2 / "model.safetensors", "pt") as before,
+        safe_open(run_dir / "checkpoints" / "000001" / "actor" / "model.safetensors", "pt") as after,
+    ):
+        old, new = before.get_tensor(name), after.get_tensor(name)
+    assert not torch.equal(old, new) and torch.isfinite(new).all()
