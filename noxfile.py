@@ -73,3 +73,15 @@ def learn(session: nox.Session) -> None:
 def sweep(session: nox.Session) -> None:
     """A grid of runs: nox -s sweep -- KEY=V1,V2 ... --seeds 3 --config envs/tiny.toml."""
     session.run("python", "benchmarks/sweep.py", *session.posargs)
+
+
+@nox.session
+def compare(session: nox.Session) -> None:
+    """PPO+GAE vs GRPO vs GiGPO on the tiny model, same seeds and turn budget (benchmarks/results/compare.*)."""
+    session.run("python", "benchmarks/compare.py", *session.posargs)
+
+
+@nox.session
+def bench_prompts(session: nox.Session) -> None:
+    """Zero-shot valid-action rate of SmolLM2 for each prompt style, example, format and memory."""
+    session.run("python", "benchmarks/prompts.py", *session.posargs)

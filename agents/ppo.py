@@ -59,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     from verlog.ppo.launch import LaunchError, exit_on_peer_loss
     from verlog.ppo.manifest import CheckpointError
     from verlog.ppo.trainer import Trainer  # torch and transformers load only once the config is good
+    from verlog.sampling import SamplerError
     from verlog.vector import SubEnvError
 
     trainer = None
@@ -70,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     except LaunchError as error:
         print(f"{parser.prog}: launch: {error}", file=sys.stderr)
         return 2
+    except SamplerError as error:  # vLLM missing, or a model it cannot load: one line, nothing written lost
+        parser.exit(2, f"{parser.prog}: sampler: {error}\n")
     except CheckpointError as error:  # nothing loaded from it: the run folder is as it was
         print(f"{parser.prog}: resume: {error}", file=sys.stderr)
         return 1

@@ -13,7 +13,14 @@ The env + prompt share of a turn is (env + prompt building) / (all four); the ta
 N shows how it grows with the batch on a CPU, where generating for more envs costs less than N times more.
 Writes ``benchmarks/results/rollout.json`` and ``rollout.png``.
 
-Run: ``nox -s bench_rollout`` or ``python benchmarks/rollout.py [--num-envs 4,16,32] [--updates 3] [key=value ...]``.
+``--backends transformers,vllm`` measures each sampler on the same envs, seeds and model, side by side, and
+prints the vLLM / transformers ratio of turns/s and tokens/s (the vLLM engine holds the checkpoint's weights and
+is built once; ``sampling.vllm_*`` keys set it up).
+
+Run: ``nox -s bench_rollout`` or ``python benchmarks/rollout.py [--num-envs 4,16,32] [--updates 3] [key=value ...]``;
+SmolLM2 side by side: ``python benchmarks/rollout.py --backends transformers,vllm --threads 2 --num-envs 8,32
+--out benchmarks/results/rollout-smollm2 model.build=smollm2-135m-instruct model.dtype=bfloat16
+prompt.max_response_tokens=16``.
 """
 
 from __future__ import annotations
@@ -40,8 +47,8 @@ from verlog.models.sources import resolve_model_path
 from verlog.pipes import closed_pipe_ok
 from verlog.ppo.config import Config, ConfigError, load_config
 from verlog.ppo.rollout import Rollout
-from verlog.ppo.sampling import TransformersSampler
 from verlog.ppo.storage import TurnStorage
+from verlog.sampling import TransformersSampler
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -75,10 +82,13 @@ class TimedStorage(TurnStorage):
             self.seconds += time.perf_counter() - start
 
 
-def measure(config: Config, num_envs: int, updates: int, warmup: int, models: Any) -> dict[str, Any]:
-    """Collect ``warmup + updates`` batches of T turns from ``num_envs`` envs; time the last ``updates``."""
-    env = config.env
-    sampler = TransformersSampler(
+def make_sampler(backend: str, config: Config, models: Any) -> Any:
+    """The learner's sampler of that backend, on the CPU, holding the checkpoint's weights."""
+    if backend == "vllm":
+        from verlog.sampling.vllm import VLLMSampler
+
+        return VLLMSampler.from_config(config, models.tokenizer, None, "cpu")
+    return TransformersSampler(
         models.actor,
         models.tokenizer,
         max_new_tokens=config.prompt.max_response_tokens,
@@ -86,6 +96,14 @@ def measure(config: Config, num_envs: int, updates: int, warmup: int, models: An
         top_p=config.sampling.top_p,
         batch_size=config.sampling.batch_size,
     )
+
+
+def measure(
+    config: Config, num_envs: int, updates: int, warmup: int, models: Any, sampler: Any, backend: str
+) -> dict[str, Any]:
+    """Collect ``warmup + updates`` batches of T turns from ``num_envs`` envs; time the last ``updates``."""
+    env = config.env
+    torch.manual_seed(config.run.seed)
     prompts = TimedPromptBuilder(
         models.tokenizer,
         config.prompt.format,
@@ -128,6 +146,7 @@ def measure(config: Config, num_envs: int, updates: int, warmup: int, models: An
     turns = T * num_envs * updates
     total = sum(totals.values())
     return {
+        "backend": backend,
         "num_envs": num_envs,
         "turns": turns,
         "seconds": total,
@@ -176,6 +195,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--updates", type=int, default=3, help="timed batches of T turns per N (default 3)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed batches first (default 1)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    parser.add_argument(
+        "--backends", default="transformers", help="samplers to compare: transformers, vllm or both (a,b)"
+    )
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder for rollout.json and rollout.png")
     parser.add_argument("overrides", nargs="*", metavar="section.key=value", help="config overrides")
     args = parser.parse_intermixed_args(argv)
@@ -183,6 +205,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = load_config(args.config, args.overrides)
         config.derive()
         sizes = [int(n) for n in args.num_envs.split(",")]
+        backends = args.backends.split(",")
+        if not set(backends) <= {"transformers", "vllm"}:
+            raise ValueError(f"--backends takes transformers and/or vllm, got {args.backends}")
     except (ConfigError, OSError, ValueError) as error:
         parser.error(str(error))
     torch.set_num_threads(args.threads)
@@ -193,18 +218,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     models.actor.eval()
 
     rows = []
-    for n in sizes:
-        with console.status(f"N={n} ..."):
-            rows.append(measure(config, n, args.updates, args.warmup, models))
+    for backend in backends:
+        with console.status(f"{backend}: starting ..."):
+            sampler = make_sampler(backend, config, models)
+        for n in sizes:
+            with console.status(f"{backend}, N={n} ..."):
+                rows.append(measure(config, n, args.updates, args.warmup, models, sampler, backend))
     table = Table(
         title=f"Rollout collection, {args.config.name}: {config.env.id}, T={config.ppo.turns_per_update}"
     )
-    for column in ("N", "turns/s", "tokens/s", "ms/turn", *PARTS, "env+prompt"):
+    for column in ("sampler", "N", "turns/s", "tokens/s", "ms/turn", *PARTS, "env+prompt"):
         table.add_column(column, justify="right")
     for r in rows:
         ms = r["ms_per_turn"]
         share = r["env_prompt_share"]
         table.add_row(
+            r["backend"],
             str(r["num_envs"]),
             f"{r['turns_per_s']:.1f}",
             f"{r['generated_tokens_per_s']:.0f}",
@@ -217,6 +246,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"ms per turn (share of the turn); prompts {rows[0]['mean_prompt_tokens']:.0f} tokens, responses "
         f"{rows[0]['mean_response_tokens']:.1f} tokens on average; target env + prompt <= {TARGET_SHARE:.0%}."
     )
+    ratios = [
+        {
+            "num_envs": n,
+            "turns_per_s": v["turns_per_s"] / t["turns_per_s"],
+            "generated_tokens_per_s": v["generated_tokens_per_s"] / t["generated_tokens_per_s"],
+        }
+        for n in sizes
+        for t in rows
+        for v in rows
+        if t["num_envs"] == v["num_envs"] == n and (t["backend"], v["backend"]) == ("transformers", "vllm")
+    ]
+    for r in ratios:
+        console.print(
+            f"N={r['num_envs']}: vLLM / transformers = {r['turns_per_s']:.2f}x turns/s, "
+            f"{r['generated_tokens_per_s']:.2f}x tokens/s"
+        )
     report = {
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "machine": machine(),
@@ -230,16 +275,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             "max_response_tokens": config.prompt.max_response_tokens,
             "prompt_format": config.prompt.format,
             "model": config.model.path,
+            "dtype": config.model.dtype,
+            "threads": args.threads,
             "vectorization_mode": config.env.vectorization_mode,
             "timed_batches": args.updates,
             "warmup_batches": args.warmup,
         },
         "target_env_prompt_share": TARGET_SHARE,
         "results": rows,
+        "vllm_over_transformers": ratios,
     }
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "rollout.json").write_text(json.dumps(report, indent=2) + "\n")
-    plot(rows, args.out / "rollout.png", f"{config.env.id}, tiny model, {torch.get_num_threads()} thread(s)")
+    first = [r for r in rows if r["backend"] == backends[0]]  # the plot splits one sampler's turn
+    title = f"{config.env.id}, {Path(config.model.path).name}, {backends[0]}, {args.threads} thread(s)"
+    plot(first, args.out / "rollout.png", title)
     console.print(f"wrote {args.out / 'rollout.json'} and {args.out / 'rollout.png'}")
     return 0
 

@@ -118,6 +118,8 @@ def measure(config: Config, updates: int, warmup: int) -> dict[str, Any]:
         "mean_prompt_tokens": (tokens / epochs - response_tokens / epochs) / turns,
         "mean_response_tokens": response_tokens / epochs / turns,
         "update_s_per_batch": seconds / updates,
+        # Whole training turns per second: collection, scoring and the update (what charts/turns_per_s shows).
+        "turns_per_s": turns / (seconds + score_s + collect_s),
         "score_s_per_batch": score_s / updates,
         "collect_s_per_batch": collect_s / updates,
     }
@@ -159,6 +161,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--real-layers", type=int, default=24, help="layers of the real case (24 = the real one)"
     )
+    parser.add_argument(
+        "--name", default="tiny", help="name of the --config case (e.g. smollm2 with envs/smollm2.toml)"
+    )
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder for update.json")
     parser.add_argument("overrides", nargs="*", metavar="section.key=value", help="overrides of both cases")
     args = parser.parse_intermixed_args(argv)
@@ -173,9 +178,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             tiny.derive()
         except (ConfigError, OSError) as error:
             parser.error(f"config: {error}")
-        os.environ.setdefault("ACCELERATE_USE_CPU", "true")  # the tiny case is a CPU figure
-        with console.status("tiny model ..."):
-            cases["tiny"] = {"model": tiny.model.path, **measure(tiny, args.updates, args.warmup)}
+        os.environ.setdefault("ACCELERATE_USE_CPU", "true")  # the --config case is a CPU figure
+        with console.status(f"{args.name} ..."):
+            cases[args.name] = {"model": tiny.model.path, **measure(tiny, args.updates, args.warmup)}
         os.environ.pop("ACCELERATE_USE_CPU", None)
 
         gpu = torch.cuda.is_available()
@@ -215,6 +220,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "case",
         "device",
         "params",
+        "turns/s",
         "tokens/s",
         "response tok/s",
         "update s",
@@ -225,12 +231,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     skipped = {name: r["skipped"] for name, r in cases.items() if "skipped" in r}
     for name, r in cases.items():
         if name in skipped:
-            table.add_row(name, "-", "-", "skipped", "-", "-", "-", "-")
+            table.add_row(name, "-", "-", "-", "skipped", "-", "-", "-", "-")
             continue
         table.add_row(
             name,
             f"{r['device']} {r['mixed_precision']}",
             f"{r['actor_parameters'] / 1e6:.2f}M",
+            f"{r['turns_per_s']:.2f}",
             f"{r['tokens_per_s']:,.0f}",
             f"{r['response_tokens_per_s']:,.0f}",
             f"{r['update_s_per_batch']:.2f}",

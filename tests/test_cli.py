@@ -99,6 +99,7 @@ def test_play_on_a_terminal_edits_lines_and_recalls_history() -> None:
     """A pseudo-terminal, as a person has: the up arrow recalls the last line (readline), it never reaches
     the env as an escape sequence, and a typo asks again."""
     import pty
+    import select
 
     pid, fd = pty.fork()
     if pid == 0:  # the child: verlog play on the terminal
@@ -110,14 +111,20 @@ def test_play_on_a_terminal_edits_lines_and_recalls_history() -> None:
     out = b""
 
     def read_until(marker: bytes, count: int) -> None:
+        """Read until ``marker`` was seen ``count`` times (bounded: a read never blocks past the deadline),
+        then give readline a moment to take the terminal before anything is typed."""
         nonlocal out
         deadline = time.monotonic() + 60
         while out.count(marker) < count and time.monotonic() < deadline:
+            ready, _, _ = select.select([fd], [], [], 0.2)
+            if not ready:
+                continue
             try:
                 out += os.read(fd, 4096)
             except OSError:
                 break
         assert out.count(marker) >= count, out.decode(errors="replace")[-2000:]
+        time.sleep(0.3)
 
     try:
         read_until(b"Your action", 1)
@@ -130,7 +137,14 @@ def test_play_on_a_terminal_edits_lines_and_recalls_history() -> None:
         os.write(fd, b"\x04")  # Ctrl-D
         read_until(b"Bye.", 1)
     finally:
-        _, status = os.waitpid(pid, 0)
+        for _ in range(100):  # the child ends on Ctrl-D; one that does not is killed, never waited on forever
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            time.sleep(0.1)
+        else:
+            os.kill(pid, 9)
+            _, status = os.waitpid(pid, 0)
         os.close(fd)
     text = out.decode(errors="replace")
     assert os.waitstatus_to_exitcode(status) == 0, text[-2000:]

@@ -13,7 +13,7 @@ from verlog.models.loading import load_models
 from verlog.models.prompts import PromptBuilder, PromptTooLong
 from verlog.models.tiny import build_tiny
 from verlog.ppo.policy import actor_logprobs, collate, critic_values
-from verlog.ppo.sampling import TransformersSampler
+from verlog.sampling import TransformersSampler
 
 
 @pytest.fixture(scope="module")

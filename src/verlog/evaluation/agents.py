@@ -3,7 +3,7 @@
 Every agent answers a batch of turns at once (one ``generate`` call for all the envs that are waiting), and
 is told when each episode starts, with its seed, so a baseline can seed itself per episode and give the same
 actions however the episodes are scheduled. A model prompts and samples exactly as the learner does: the
-learner's :class:`~verlog.models.prompts.PromptBuilder` and :class:`~verlog.ppo.sampling.TransformersSampler`.
+learner's :class:`~verlog.models.prompts.PromptBuilder` and :class:`~verlog.sampling.TransformersSampler`.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import numpy as np
 __all__ = [
     "BASELINES",
     "Agent",
+    "ApiAgent",
     "EvalError",
     "ModelAgent",
     "ModelSource",
@@ -220,6 +221,10 @@ class ModelSettings:
     dtype: str = "float32"
     device: str = "auto"
     seed: int = 0
+    backend: str = "auto"  # sampling.backend: auto, transformers or vllm
+    vllm_cpu_kvcache_gib: float = 1.0
+    vllm_enforce_eager: bool = True
+    vllm_gpu_memory_utilization: float = 0.3
 
 
 class ModelAgent:
@@ -231,7 +236,7 @@ class ModelAgent:
         import torch
 
         from verlog.models.loading import load_actor, load_tokenizer
-        from verlog.ppo.sampling import TransformersSampler
+        from verlog.sampling import SamplerError, TransformersSampler, select_backend
 
         self.source = source
         self.settings = settings
@@ -240,22 +245,29 @@ class ModelAgent:
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
         try:
+            self.backend, self.backend_reason = select_backend(settings.backend, device, source.model_path)
             tokenizer = load_tokenizer(source.model_path)
-            model = load_actor(source.model_path, dtype=settings.dtype)
+            model = None if self.backend == "vllm" else load_actor(source.model_path, dtype=settings.dtype)
+        except SamplerError as error:
+            raise EvalError(str(error)) from error
         except (OSError, ValueError) as error:
             where = "" if Path(source.model_path).exists() else " (not a local folder: tried as a hub id)"
             raise EvalError(f"cannot load a model from {source.model_path}{where}: {error}") from error
-        self.model = model.to(device).eval()
         self.tokenizer = tokenizer
         self.builders: dict[str, Any] = {}  # per env id: each game has its own worked example
-        self.sampler = TransformersSampler(
-            self.model,
-            tokenizer,
-            max_new_tokens=settings.max_response_tokens,
-            temperature=settings.temperature,
-            top_p=settings.top_p,
-            batch_size=settings.batch_size,
-        )
+        if model is None:
+            self.model = None
+            self.sampler: Any = self._vllm(device)
+        else:
+            self.model = model.to(device).eval()
+            self.sampler = TransformersSampler(
+                self.model,
+                tokenizer,
+                max_new_tokens=settings.max_response_tokens,
+                temperature=settings.temperature,
+                top_p=settings.top_p,
+                batch_size=settings.batch_size,
+            )
         if not settings.greedy:
             torch.manual_seed(settings.seed)  # sampled runs repeat for the same settings and schedule
         self.generated_tokens = 0
@@ -275,7 +287,34 @@ class ModelAgent:
             "max_response_tokens": s.max_response_tokens,
             "dtype": s.dtype,
             **decoding,
+            **({"sampler": "vllm"} if self.backend == "vllm" else {}),
         }
+
+    def _vllm(self, device: str) -> Any:
+        """A vLLM engine holding the checkpoint's weights (nothing is pushed: evaluation does not train)."""
+        from verlog.sampling import SamplerError
+        from verlog.sampling.vllm import VLLMSampler
+
+        s = self.settings
+        try:
+            return VLLMSampler(
+                self.source.model_path,
+                self.tokenizer,
+                None,
+                max_new_tokens=s.max_response_tokens,
+                max_model_len=s.max_prompt_tokens + s.max_response_tokens,
+                temperature=s.temperature,
+                top_p=s.top_p,
+                device=device,
+                gpu_memory_utilization=s.vllm_gpu_memory_utilization,
+                sleep_level=0,
+                cpu_kvcache_gib=s.vllm_cpu_kvcache_gib,
+                enforce_eager=s.vllm_enforce_eager,
+                seed=s.seed,
+                dtype=s.dtype,
+            )
+        except SamplerError as error:
+            raise EvalError(str(error)) from error
 
     def start(self, key: str, seed: int, env: Any | None) -> None:
         del key, seed, env  # the model keeps nothing per episode: the memory wrapper holds the history
@@ -296,3 +335,66 @@ class ModelAgent:
         if task not in self.builders:
             self.builders[task] = prompt_builder(self.tokenizer, self.settings, task)
         return self.builders[task]
+
+
+class ApiAgent:
+    """A model behind an OpenAI-compatible chat server, prompted with the same messages as a local model.
+
+    The server applies the model's chat template and returns text; the text goes to the env exactly as a local
+    model's does, so the scores compare. A request that keeps failing raises
+    :class:`verlog.sampling.api.ApiError` (the evaluation records it and stops; run it again to resume).
+    """
+
+    needs_env = False
+
+    def __init__(self, api: Any, settings: ModelSettings) -> None:
+        from verlog.sampling.api import ApiError, ChatClient
+
+        self.api = api
+        self.settings = settings
+        self.name = api.model
+        try:
+            self.client = ChatClient(api)
+        except ApiError as error:
+            raise EvalError(str(error)) from error
+        self.builders: dict[str, Any] = {}
+        self.turns = 0
+
+    def identity(self) -> dict[str, Any]:
+        s = self.settings
+        decoding = {"greedy": True} if s.greedy else {"temperature": s.temperature, "top_p": s.top_p}
+        return {
+            "agent": "api",
+            "model": self.api.model,
+            "style": s.style,
+            "examples": s.examples,
+            "format": s.format,
+            "format_request": s.format_request,
+            "max_response_tokens": s.max_response_tokens,
+            **decoding,
+        }
+
+    def start(self, key: str, seed: int, env: Any | None) -> None:
+        del key, seed, env
+
+    def act(self, turns: Sequence[Turn]) -> list[str]:
+        from verlog.models.prompts import PromptContext, prompt_builder
+
+        chats = []
+        for turn in turns:
+            if turn.task not in self.builders:
+                self.builders[turn.task] = prompt_builder(None, self.settings, turn.task)
+            chats.append(self.builders[turn.task].messages(PromptContext.of(turn.info), turn.observation))
+        s = self.settings
+        answers = self.client.complete(
+            chats,
+            max_tokens=s.max_response_tokens,
+            temperature=0.0 if s.greedy else s.temperature,
+            top_p=1.0 if s.greedy else s.top_p,
+            seed=None if s.greedy else s.seed,
+        )
+        self.turns += len(turns)
+        return answers
+
+    def finish(self, key: str) -> None:
+        del key

@@ -4,6 +4,8 @@
     verlog eval oracle --suite babaisai
     verlog eval runs/learn-0001 --suite verlog/BabyAI-GoTo-v0 --episodes 50
     verlog eval Qwen/Qwen2.5-3B-Instruct --suite babyai --config envs/babyai.toml --sample
+    verlog eval runs/models/smollm2-135m-instruct --backend vllm
+    verlog eval MODEL --api-base http://127.0.0.1:8000/v1 --concurrency 8   # an OpenAI-compatible server
 
 The output folder holds ``episodes.jsonl`` (one record per episode, appended as it ends), ``settings.json``,
 ``summary.json``, ``results.md`` and ``scores.png``. Running the same command again resumes: finished
@@ -32,6 +34,7 @@ from verlog.evaluation import output
 from verlog.evaluation.agents import (
     BASELINES,
     Agent,
+    ApiAgent,
     EvalError,
     ModelAgent,
     ModelSettings,
@@ -49,6 +52,7 @@ __all__ = ["EVAL_HELP", "add_eval_arguments", "add_eval_command", "evaluate", "m
 
 EVAL_HELP = "Evaluate a model, a training run or a baseline on a suite (BALROG scores with standard errors)."
 EPISODES_FILE = "episodes.jsonl"
+FAILURES_FILE = "failures.jsonl"
 SETTINGS_FILE = "settings.json"
 
 
@@ -68,6 +72,7 @@ def evaluate(
     device: str = "auto",
     progress: bool = False,
     samples_per_family: int = 2,
+    api: Any = None,
 ) -> dict[str, Any]:
     """Play (or finish playing) the evaluation and write its files; return the summary.
 
@@ -75,7 +80,10 @@ def evaluate(
     in the output folder, with ``source = "eval"``, for ``verlog report``-style reading.
 
     ``agent`` is ``"random"``, ``"oracle"`` (BabaIsAI only), or a model: a Hugging Face folder or id, a run
-    folder (its newest checkpoint) or a checkpoint folder (``checkpoints/NNNNNN``).
+    folder (its newest checkpoint) or a checkpoint folder (``checkpoints/NNNNNN``). With ``api``
+    (:class:`verlog.sampling.api.ApiSettings`) it is the model a chat server serves; a request that keeps
+    failing is appended to ``failures.jsonl`` and ends the run with an :class:`EvalError` (finished episodes
+    are kept: the same command resumes).
     """
     the_suite = resolve_suite(suite)
     n = the_suite.default_episodes if episodes is None else int(episodes)
@@ -90,7 +98,7 @@ def evaluate(
     )
     started = time.perf_counter()
 
-    player, learner = _make_agent(agent, the_suite.tasks, config, overrides, sample, device, seed)
+    player, learner = _make_agent(agent, the_suite.tasks, config, overrides, sample, device, seed, api)
     env = EnvSettings(
         num_envs=num_envs,
         vectorization_mode=vectorization_mode,
@@ -124,7 +132,15 @@ def evaluate(
             advance()
 
         turns: list[dict[str, Any]] = []
-        played = play(player, the_suite.tasks, n, seed, env, done=done, on_record=keep, on_turn=turns.append)
+        try:
+            played = play(
+                player, the_suite.tasks, n, seed, env, done=done, on_record=keep, on_turn=turns.append
+            )
+        except _api_error() as error:
+            EpisodeLog(folder / FAILURES_FILE).append(
+                {"date": output.now(), "error": str(error), "episodes_kept": len(records)}
+            )
+            raise EvalError(f"{error} [{len(records)} episodes kept in {folder}]") from error
     if samples_per_family and turns:  # a few turns per task, to read what the agent said and did
         picked = pick_turns(turns, samples_per_family, seed)
         with SampleWriter(folder) as writer:
@@ -196,12 +212,13 @@ def _make_agent(
     sample: bool,
     device: str,
     seed: int,
+    api: Any = None,
 ) -> tuple[Agent, Any]:
     """The agent, and the learner's configuration its prompts and memory come from."""
     from verlog.ppo.config import ConfigError, load_config
 
     source = None
-    if spec not in BASELINES:
+    if spec not in BASELINES and api is None:
         source = resolve_model(spec)
         if config is None and source.run_dir is not None and (source.run_dir / "config.toml").is_file():
             config = source.run_dir / "config.toml"
@@ -216,7 +233,6 @@ def _make_agent(
         if others:
             raise EvalError(f"the oracle is BabaIsAI's solver; the suite also holds {', '.join(others)}")
         return OracleAgent(), learner
-    assert source is not None
     settings = ModelSettings(
         style=learner.prompt.style,
         examples=learner.prompt.examples,
@@ -231,7 +247,14 @@ def _make_agent(
         dtype=learner.model.dtype,
         device=device,
         seed=seed,
+        backend=learner.sampling.backend,
+        vllm_cpu_kvcache_gib=learner.sampling.vllm_cpu_kvcache_gib,
+        vllm_enforce_eager=learner.sampling.vllm_enforce_eager,
+        vllm_gpu_memory_utilization=learner.sampling.vllm_gpu_memory_utilization,
     )
+    if api is not None:
+        return ApiAgent(api, settings), learner
+    assert source is not None
     return ModelAgent(source, settings), learner
 
 
@@ -340,6 +363,20 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
         help="sample at sampling.temperature / top_p instead of greedy decoding (models only)",
     )
     parser.add_argument("--device", default="auto", help="model device: auto, cpu, cuda, cuda:1, ...")
+    parser.add_argument(
+        "--backend",
+        choices=("auto", "transformers", "vllm"),
+        default=None,
+        help="sampler of a local model (short for --set sampling.backend=...)",
+    )
+    api = parser.add_argument_group("OpenAI-compatible chat server (AGENT is then the served model's name)")
+    api.add_argument("--api-base", metavar="URL", help="the server's base URL, e.g. http://127.0.0.1:8000/v1")
+    api.add_argument(
+        "--api-key-env", default="OPENAI_API_KEY", metavar="VAR", help="env variable holding the key"
+    )
+    api.add_argument("--concurrency", type=int, default=8, metavar="N", help="requests in flight (default 8)")
+    api.add_argument("--retries", type=int, default=4, metavar="N", help="retries per request, with backoff")
+    api.add_argument("--timeout", type=float, default=120.0, metavar="S", help="seconds per request")
     parser.add_argument("--quiet", action="store_true", help="no progress bar and no table")
 
 
@@ -366,11 +403,38 @@ def _parse_table(text: str) -> dict[str, Any]:
     return value
 
 
+def _api_error() -> type[Exception]:
+    from verlog.sampling.api import ApiError  # verlog.sampling imports torch: only when a run needs it
+
+    return ApiError
+
+
+def _api_settings(args: argparse.Namespace) -> Any:
+    """The chat server of ``--api-base`` (None without it); ``--backend`` becomes an override."""
+    if args.backend is not None:
+        args.overrides = [*args.overrides, f"sampling.backend={args.backend}"]
+    if not args.api_base:
+        return None
+    if args.concurrency < 1 or args.retries < 0 or args.timeout <= 0:
+        raise EvalError("--concurrency must be >= 1, --retries >= 0 and --timeout > 0")
+    from verlog.sampling.api import ApiSettings
+
+    return ApiSettings(
+        base_url=args.api_base.rstrip("/"),
+        model=args.agent,
+        api_key_env=args.api_key_env,
+        concurrency=args.concurrency,
+        retries=args.retries,
+        timeout=args.timeout,
+    )
+
+
 def run_eval(args: argparse.Namespace) -> int:
     """Run ``verlog eval`` from parsed arguments; exit status 2 for an evaluation that cannot run."""
     from gymnasium.error import UnregisteredEnv
 
     try:
+        api = _api_settings(args)  # first: it turns --backend into an override
         summary = evaluate(
             args.agent,
             args.suite,
@@ -385,6 +449,7 @@ def run_eval(args: argparse.Namespace) -> int:
             sample=args.sample,
             device=args.device,
             progress=not args.quiet,
+            api=api,
         )
     except (EvalError, UnregisteredEnv) as error:
         print(f"verlog eval: error: {error}", file=sys.stderr)

@@ -103,10 +103,10 @@ class PromptBuilder:
             raise ValueError(f"prompt format must be one of {sorted(FORMAT_REQUESTS)}, got {format!r}")
         if style not in PROMPT_STYLES:
             raise ValueError(f"prompt style must be one of {list(PROMPT_STYLES)}, got {style!r}")
-        if getattr(tokenizer, "chat_template", None) is None:
+        if tokenizer is not None and getattr(tokenizer, "chat_template", None) is None:
             raise ValueError("the tokenizer has no chat template; use an instruct model's tokenizer")
-        self.tokenizer = tokenizer
-        self.tokenize = PiecewiseTokenizer(tokenizer)
+        self.tokenizer = tokenizer  # None: messages only (a chat server applies its own template)
+        self.tokenize = PiecewiseTokenizer(tokenizer) if tokenizer is not None else None
         self.format = format
         self.style = style
         self.example = example

@@ -13,9 +13,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from verlog import tomlconfig
+from verlog.ppo.algo import AlgoConfig, check_algo
 from verlog.tomlconfig import ConfigError
 
 __all__ = [
+    "AlgoConfig",
     "Config",
     "ConfigError",
     "Derived",
@@ -143,11 +145,15 @@ class SamplingConfig:
     batch_size: int = 0
     """Prompts per generate call (0 = all envs at once)."""
     backend: Literal["auto", "transformers", "vllm"] = "auto"
-    """Generation engine: "auto" takes vLLM when it imports and a CUDA GPU is present, else transformers."""
+    """Generation engine: "auto" takes vLLM where it imports, on a GPU or (CPU) for a model of 100 MB or more."""
     vllm_gpu_memory_utilization: float = 0.3
     """Fraction of the GPU vLLM may take (weights + KV cache); the rest is left to training."""
     vllm_sleep_level: int = 1
-    """vLLM sleep while training: 1 = weights to CPU and KV cache freed, 2 = weights dropped too, 0 = awake."""
+    """vLLM sleep while training (GPU only): 1 = weights to CPU, KV cache freed; 2 = weights dropped too; 0 = awake."""
+    vllm_cpu_kvcache_gib: float = 1.0
+    """KV cache of vLLM on a CPU, in GiB (VLLM_CPU_KVCACHE_SPACE); 1 holds ~30k tokens of a 135M model."""
+    vllm_enforce_eager: bool = True
+    """Run vLLM without torch.compile / CUDA graphs: on a CPU it loads in seconds instead of minutes."""
 
 
 @dataclass
@@ -189,7 +195,7 @@ class PPOConfig:
     token_lam: float = 1.0
     """GAE lambda across the tokens of one response."""
     reuse_sampler_logprobs: bool = False
-    """Take the sampler's log-probs as the old log-probs (no actor scoring pass; transformers sampler only: same weights)."""
+    """Take the sampler's log-probs as the old ones, skipping the actor's scoring pass (transformers sampler only)."""
     kl_coef: float = 1e-3
     """Per-token KL penalty to the frozen reference, in the reward (0 = no reference model)."""
     critic_warmup_batches: int = 0
@@ -230,6 +236,8 @@ class Config:
     """Generation settings during training."""
     ppo: PPOConfig = field(default_factory=PPOConfig)
     """The algorithm's hyperparameters."""
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    """The advantage estimator: PPO's critic, or a critic-free group baseline (GRPO, GiGPO)."""
 
     def derive(self, world_size: int = 1) -> Derived:
         """Check the sizes against each other and return the derived ones."""
@@ -281,6 +289,10 @@ class Config:
             raise ConfigError(
                 f"sampling.vllm_gpu_memory_utilization must be in (0, 1), got {self.sampling.vllm_gpu_memory_utilization}"
             )
+        if self.sampling.vllm_cpu_kvcache_gib <= 0:
+            raise ConfigError(
+                f"sampling.vllm_cpu_kvcache_gib must be > 0, got {self.sampling.vllm_cpu_kvcache_gib}"
+            )
         if self.sampling.vllm_sleep_level not in (0, 1, 2):
             raise ConfigError(
                 f"sampling.vllm_sleep_level must be 0, 1 or 2, got {self.sampling.vllm_sleep_level}"
@@ -296,6 +308,7 @@ class Config:
                 "critic pre-training needs both ppo.critic_warmup_batches and ppo.critic_warmup_iters > 0 "
                 f"(got {ppo.critic_warmup_batches} and {ppo.critic_warmup_iters}); set both to 0 to turn it off"
             )
+        check_algo(self)
         sample = min(ppo.critic_warmup_sample, ppo.critic_warmup_batches)
         if ppo.critic_warmup_batches and ppo.critic_warmup_sample <= 0:
             raise ConfigError(f"ppo.critic_warmup_sample must be > 0, got {ppo.critic_warmup_sample}")

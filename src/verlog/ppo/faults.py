@@ -43,10 +43,12 @@ class Guard:
         return value.cpu()
 
     def after_update(
-        self, update: int, metrics: dict[str, float], models: dict[str, torch.nn.Module]
+        self, update: int, metrics: dict[str, float], models: dict[str, torch.nn.Module | None]
     ) -> None:
         """Raise when a model's weights are non-finite or too large, or too many updates were all skipped."""
         for name, model in models.items():
+            if model is None:
+                continue
             largest = float(self.reduce(_largest_weight(model)))
             if largest > (self.max_weight_abs or float("inf")) or largest == float("inf"):
                 key, rate = self.rates[name]

@@ -20,9 +20,9 @@ from torch import nn
 
 from verlog.models.prompts import PromptBuilder
 from verlog.ppo.policy import Batch, actor_logprobs, collate, critic_values
-from verlog.ppo.sampling import Sampler
 from verlog.ppo.storage import TurnStorage, pack_by_tokens
 from verlog.samples import family_of
+from verlog.sampling import Sampler
 from verlog.vector import sub_env_info
 
 __all__ = ["Rollout", "score", "state_values"]
@@ -189,21 +189,23 @@ def score(
     storage: TurnStorage,
     *,
     actor: nn.Module | None,
-    critic: nn.Module,
+    critic: nn.Module | None,
     reference: nn.Module | None,
     temperature: float,
     max_tokens: int,
     device: Any,
     common_count: Callable[[int], int] | None = None,
 ) -> None:
-    """Fill old/ref log-probs (when the models are given), token values, values and truncated values.
+    """Fill old/ref log-probs (when the models are given), token values, values and truncated values
+    (when the critic is given: a critic-free estimator has none).
 
     ``common_count``: as in :func:`state_values`, for collective forward passes.
     """
     micros = list(storage.micro_batches(storage.rows(), max_tokens))
     for _ in range(_padding(common_count, len(micros))):
         batch = _idle_batch(storage.pad_id, device)
-        critic_values(critic, batch)
+        if critic is not None:
+            critic_values(critic, batch)
         for model in (actor, reference):
             if model is not None:
                 actor_logprobs(model, batch, temperature)
@@ -212,15 +214,18 @@ def score(
         ts = torch.tensor([t for t, _ in micro.rows])
         ns = torch.tensor([n for _, n in micro.rows])
         r_len, mask = batch.response_len, batch.response_mask.cpu()
-        values = critic_values(critic, batch).cpu()
-        storage.token_values[ts, ns] = 0.0
-        storage.token_values[ts, ns, :r_len] = values[:, :r_len] * mask
-        storage.values[ts, ns] = values[:, 0]
+        if critic is not None:
+            values = critic_values(critic, batch).cpu()
+            storage.token_values[ts, ns] = 0.0
+            storage.token_values[ts, ns, :r_len] = values[:, :r_len] * mask
+            storage.values[ts, ns] = values[:, 0]
         for model, target in ((actor, storage.old_logprobs), (reference, storage.ref_logprobs)):
             if model is not None:
                 logprobs, _ = actor_logprobs(model, batch, temperature)
                 target[ts, ns] = 0.0
                 target[ts, ns, :r_len] = logprobs.cpu() * mask
+    if critic is None:
+        return
     T = storage.num_turns
     keys = sorted(storage.final_prompts)
     prompts = storage.prompts[T] + [storage.final_prompts[k] for k in keys]

@@ -20,30 +20,25 @@ from typing import Any
 
 import torch
 
-from verlog.models.loading import (
-    AdapterDisabled,
-    LoraSpec,
-    load_actor,
-    load_critic,
-    load_reference,
-    load_tokenizer,
-)
+from verlog.models.loading import LoraSpec, load_tokenizer
 from verlog.models.prompts import prompt_builder
 from verlog.models.sources import resolve_model_path
 from verlog.models.weights import export_pretrained, full_weights, weights_checksum
+from verlog.ppo.build import build_models
 from verlog.ppo.checkpoint import checkpoint_dir, load_checkpoint, save_checkpoint
 from verlog.ppo.config import Config
 from verlog.ppo.console import attach_run_log
 from verlog.ppo.distributed import init_processes, merge_process_metrics, setup
 from verlog.ppo.faults import Guard
+from verlog.ppo.group_rollout import group_batches
 from verlog.ppo.logger import RunLogger
 from verlog.ppo.manifest import good_checkpoint
 from verlog.ppo.rollout import Rollout, score
 from verlog.ppo.runfiles import rewind
-from verlog.ppo.sampling import Sampler, TransformersSampler, select_backend
 from verlog.ppo.storage import TurnStorage
 from verlog.ppo.update import ppo_update
 from verlog.samples import SampleWriter, TurnSample, pick_turns
+from verlog.sampling import Sampler, TransformersSampler, select_backend
 
 __all__ = ["Trainer", "new_run_dir"]
 
@@ -106,7 +101,7 @@ class Trainer:
         model.path = resolved[0]
         set_seed(config.run.seed)  # fresh weights (value head, LoRA) start equal on every process
         self.tokenizer = load_tokenizer(model.path)
-        backend, reason = select_backend(config.sampling.backend, accelerator.device)
+        backend, reason = select_backend(config.sampling.backend, accelerator.device, model.path)
         vllm = self._vllm_sampler() if backend == "vllm" else None  # before the learner's models fill the GPU
         self._build_models(lora)
         set_seed(config.run.seed + rank)
@@ -136,6 +131,8 @@ class Trainer:
         self.storage = TurnStorage(
             ppo.turns_per_update, env.num_envs, config.prompt.max_response_tokens, self.tokenizer.pad_token_id
         )
+        if not config.algo.critic:  # whole episodes in groups instead (verlog.ppo.group_rollout)
+            self.rollout, self.storage = group_batches(self, prompts, rank)
         self.update = 0
         self.global_step = 0
         self.warmed_up = ppo.critic_warmup_iters == 0
@@ -165,52 +162,25 @@ class Trainer:
         )  # diverged weights, all-skipped updates
 
     def _build_models(self, lora: LoraSpec | None) -> None:
-        """Load and prepare actor, critic and reference; under DeepSpeed each inside its own plugin."""
-        dist, model, ppo = self.dist, self.config.model, self.config.ppo
-        common = {"dtype": model.dtype, "attn_implementation": model.attn_implementation}
-        checkpointing = model.gradient_checkpointing
-        with dist.loading("actor"):
-            actor = load_actor(model.path, gradient_checkpointing=checkpointing, lora=lora, **common)
-            actor_optimizer = _adamw(actor, ppo.actor_lr, ppo.weight_decay)
-            if dist.deepspeed:
-                actor, actor_optimizer = dist.actor.prepare(actor, actor_optimizer)
-        with dist.loading("critic"):
-            critic = load_critic(
-                model.critic_path or model.path,
-                head=model.critic_head,
-                gradient_checkpointing=checkpointing,
-                lora=lora if model.critic_lora else None,
-                **common,
-            )
-            critic_optimizer = _adamw(critic, ppo.critic_lr, ppo.weight_decay)
-            if dist.deepspeed:
-                critic, critic_optimizer = dist.critic.prepare(critic, critic_optimizer)
-        if not dist.deepspeed:
-            actor, critic, actor_optimizer, critic_optimizer = dist.actor.prepare(
-                actor, critic, actor_optimizer, critic_optimizer
-            )
-        self.actor, self.critic = actor, critic
-        actor.eval()  # DeepSpeed's engine returns None from eval()
-        critic.eval()
-        self.actor_optimizer, self.critic_optimizer = actor_optimizer, critic_optimizer
-        self.reference: torch.nn.Module | None = None
-        self.reference_engine: torch.nn.Module | None = None
-        if ppo.kl_coef <= 0:
-            return
-        if lora is not None:  # the base model itself: no third copy of the weights
-            self.reference = AdapterDisabled(self._unwrap(actor))
-        elif dist.reference is not None:  # ZeRO-3: a sharded, optimiser-less engine
-            with dist.loading("reference"):
-                self.reference_engine = dist.reference.prepare(load_reference(model.path, **common))
-            self.reference = self._unwrap(self.reference_engine)
-        else:
-            self.reference = load_reference(model.path, **common).to(self.accelerator.device)
+        """Load and prepare actor, critic and reference (:func:`verlog.ppo.build.build_models`)."""
+        m = build_models(self.dist, self.config, lora)
+        self.actor, self.critic, self.reference = m.actor, m.critic, m.reference
+        self.reference_engine = m.reference_engine
+        self.actor_optimizer, self.critic_optimizer = m.actor_optimizer, m.critic_optimizer
 
     def _vllm_sampler(self) -> Sampler:
-        from verlog.ppo.vllm_sampler import VLLMSampler
+        from verlog.sampling.vllm import VLLMSampler, own_cores
 
+        device, state = self.accelerator.device, self.accelerator.state
+        if device.type == "cpu":  # one engine per process: each on its own cores
+            own_cores(state.local_process_index, state.num_processes if state.num_processes > 1 else 1)
         weights = lambda: full_weights(self._unwrap(self.actor), self.dist.gathered, buffers=False)  # noqa: E731
-        return VLLMSampler.from_config(self.config, self.tokenizer, weights, self.accelerator.process_index)
+        return VLLMSampler.from_config(self.config, self.tokenizer, weights, device, state.process_index)
+
+    def _guarded(self) -> dict[str, torch.nn.Module | None]:
+        """The models whose weights :class:`~verlog.ppo.faults.Guard` checks (no critic: critic-free algos)."""
+        critic = None if self.critic is None else self._unwrap(self.critic)
+        return {"actor": self._unwrap(self.actor), "critic": critic}
 
     def _unwrap(self, model: torch.nn.Module) -> torch.nn.Module:
         """The model without its DDP or DeepSpeed wrapper: generation and no-grad scoring call it directly."""
@@ -223,17 +193,13 @@ class Trainer:
         try:
             if not self.warmed_up:
                 self.warmup_critic()
-                self.guard.after_update(0, {}, {"critic": self._unwrap(self.critic)})
+                self.guard.after_update(0, {}, {"critic": self._guarded()["critic"]})
                 if run.checkpoint_every:
                     self.save()
             while self.update < run.total_updates:
                 metrics = self.train_update()
                 self.logger.log(metrics, step=self.global_step)
-                self.guard.after_update(
-                    self.update,
-                    metrics,
-                    {"actor": self._unwrap(self.actor), "critic": self._unwrap(self.critic)},
-                )
+                self.guard.after_update(self.update, metrics, self._guarded())
                 last = self.update == run.total_updates
                 if last or (run.checkpoint_every and self.update % run.checkpoint_every == 0):
                     self.save()
@@ -249,10 +215,12 @@ class Trainer:
         cfg, ppo = self.config, self.config.ppo
         start = time.perf_counter()
         self.sampler.update_weights()
+        sync = getattr(self.sampler, "weight_sync_seconds", 0.0)  # 0 for the transformers sampler
         every = cfg.run.samples_every
         # Numbered as logged (update 1 is the first): samples of update k, 2k, ... and so of the last.
         turns: list[dict[str, Any]] | None = [] if every and (self.update + 1) % every == 0 else None
         metrics = self.rollout.collect(self.storage, samples=turns)
+        metrics["time/weight_sync"] = sync
         self.sampler.offload()
         metrics.update(self._score(self.storage, logprobs=True))
         self.storage.compute_returns(
@@ -268,13 +236,14 @@ class Trainer:
         metrics["time/update"] = time.perf_counter() - clock
         self.storage.after_update()
         self.update += 1
-        self.global_step += self.derived.global_batch_turns
+        batch = self.derived.global_batch_turns if cfg.algo.critic else self._batch_turns()
+        self.global_step += batch
         if turns is not None:
             self._write_samples(turns)
         elapsed = time.perf_counter() - start
         metrics["time/total"] = elapsed
         # Rates over all processes: turns are the global batch (averaged below), tokens this process's (summed).
-        metrics["charts/turns_per_s"] = self.derived.global_batch_turns / elapsed
+        metrics["charts/turns_per_s"] = batch / elapsed
         metrics["charts/tokens_per_s"] = metrics["charts/generated_tokens"] / elapsed
         metrics["charts/temperature"] = cfg.sampling.temperature
         return self._mean_over_processes(metrics, self.rollout.episode_counts)
@@ -344,11 +313,16 @@ class Trainer:
 
     def _score(self, storage: TurnStorage, *, logprobs: bool) -> dict[str, float]:
         clock = time.perf_counter()
-        reuse = logprobs and self.config.ppo.reuse_sampler_logprobs
+        # Only the transformers sampler computes with the learner's own weights and kernels.
+        reuse = (
+            logprobs
+            and self.config.ppo.reuse_sampler_logprobs
+            and isinstance(self.sampler, TransformersSampler)
+        )
         score(
             storage,
             actor=self._unwrap(self.actor) if logprobs and not reuse else None,
-            critic=self._unwrap(self.critic),
+            critic=None if self.critic is None else self._unwrap(self.critic),
             reference=self.reference if logprobs else None,
             temperature=self.config.sampling.temperature,
             max_tokens=self.config.ppo.micro_batch_tokens,
@@ -360,7 +334,8 @@ class Trainer:
         metrics = {"time/score": time.perf_counter() - clock}
         mask = storage.response_mask
         tokens = mask.sum().clamp(min=1)
-        metrics["charts/value"] = float(storage.values[:-1].mean())
+        if self.critic is not None:
+            metrics["charts/value"] = float(storage.values[:-1].mean())
         if logprobs and not reuse:
             gap = (storage.sampler_logprobs - storage.old_logprobs).abs() * mask
             metrics["charts/sampler_logprob_gap"] = float(gap.sum() / tokens)
@@ -384,6 +359,10 @@ class Trainer:
             train_actor=train_actor,
             limit=limit,
         )
+
+    def _batch_turns(self) -> int:
+        """Turns of this update over all processes (whole-episode batches vary in length)."""
+        return int(self._all_reduce(torch.tensor([float(self.storage.num_played)])).item())
 
     def _all_reduce(self, tensor: torch.Tensor) -> torch.Tensor:
         if self.accelerator.num_processes == 1:
@@ -413,7 +392,9 @@ class Trainer:
             "sample_rng": self.sample_rng.getstate(),
             # This process's view of the weights: every process holds the same unless their sync failed.
             "weights_checksum": [
-                weights_checksum(self._unwrap(m), self.dist.gathered) for m in (self.actor, self.critic)
+                weights_checksum(self._unwrap(m), self.dist.gathered)
+                for m in (self.actor, self.critic)
+                if m is not None
             ],
         }
         path = save_checkpoint(
@@ -431,7 +412,8 @@ class Trainer:
 
     def _more_states(self) -> dict[str, Any]:
         """The critic's accelerator, when it is not the actor's (DeepSpeed: one engine per model)."""
-        return {} if self.dist.critic is self.dist.actor else {"critic_state": self.dist.critic}
+        separate = self.critic is not None and self.dist.critic is not self.dist.actor
+        return {"critic_state": self.dist.critic} if separate else {}
 
     def _export(self, folder: Path) -> None:
         """The actor as a plain HF model (ZeRO-3 shards gathered, LoRA merged) and the tokenizer."""
@@ -470,10 +452,3 @@ def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             flat[prefix + key] = value if isinstance(value, int | float | str | bool) else str(value)
     return flat
-
-
-def _adamw(model: torch.nn.Module, lr: float, weight_decay: float) -> torch.optim.Optimizer:
-    """AdamW over the trainable parameters (LoRA leaves the base frozen). A torch optimiser under DeepSpeed
-    too: a DeepSpeed-config optimiser would compile a large extension first."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)

