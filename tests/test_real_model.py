@@ -125,7 +125,10 @@ def test_one_ppo_update(smollm2: Path, tmp_path: Path) -> None:
         f"run.output_dir={tmp_path}", f"model.path={smollm2}", "run.total_updates=1", "run.checkpoint_every=0",
         "env.num_envs=2", "ppo.turns_per_update=2", "prompt.max_response_tokens=6",
     ]  # fmt: skip
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    # Without the launch variables an in-process vLLM engine of an earlier test set (the child would bind its port).
+    launch = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}
+    env = {k: v for k, v in os.environ.items() if k not in launch}
+    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     run_dir = tmp_path / "smollm2-0001"

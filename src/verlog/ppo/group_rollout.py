@@ -256,20 +256,6 @@ class GroupRollout(Rollout):
             metrics["groups/anchored_turn_fraction"] = float(sizes[sizes > 1].sum() / turns)
         return metrics
 
-    def _episode_end(
-        self, n: int, info: dict[str, Any], family: str, episodes: dict[str, list[float]]
-    ) -> None:
-        progression = float(info["progression"])
-        success = float(info.get("success", progression >= 1.0))
-        episodes["charts/episodic_return"].append(float(self.episode_return[n]))
-        episodes["charts/episodic_length"].append(float(self.episode_length[n]))
-        episodes["env/success"].append(success)
-        episodes["env/progression"].append(progression)
-        if family != self.env_id:  # a Mixed env: also per task / level
-            episodes[f"env/{family}/success"].append(success)
-            episodes[f"env/{family}/progression"].append(progression)
-        self.episode_index[n] += 1
-
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "batches": self.batches}
 

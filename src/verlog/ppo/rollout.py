@@ -105,18 +105,9 @@ class Rollout:
                 self.episode_return[n] += rewards[n]
                 self.episode_length[n] += 1
                 if done:
-                    progression = float(info["progression"])
-                    success = float(info.get("success", progression >= 1.0))
-                    episodes["charts/episodic_return"].append(float(self.episode_return[n]))
-                    episodes["charts/episodic_length"].append(float(self.episode_length[n]))
-                    episodes["env/success"].append(success)
-                    episodes["env/progression"].append(progression)
-                    if family != self.env_id:  # a Mixed env: also per task / level
-                        episodes[f"env/{family}/success"].append(success)
-                        episodes[f"env/{family}/progression"].append(progression)
+                    self._episode_end(n, info, family, episodes)
                     self.episode_return[n] = 0.0
                     self.episode_length[n] = 0
-                    self.episode_index[n] += 1
                 if truncated[n] and not terminated[n]:
                     final_prompts[n] = self.prompts.from_info(infos["final_obs"][n], info)
             next_prompts = self.first_prompts(observations, infos)
@@ -145,6 +136,21 @@ class Rollout:
         metrics["env/invalid_action_rate"] = invalid / turns
         metrics["env/prompt_cuts"] = float(self.prompts.cuts - cuts_before)
         return metrics
+
+    def _episode_end(
+        self, n: int, info: dict[str, Any], family: str, episodes: dict[str, list[float]]
+    ) -> None:
+        """Count a finished episode in the per-episode metrics (and per task or level in a Mixed env)."""
+        progression = float(info["progression"])
+        success = float(info.get("success", progression >= 1.0))
+        episodes["charts/episodic_return"].append(float(self.episode_return[n]))
+        episodes["charts/episodic_length"].append(float(self.episode_length[n]))
+        episodes["env/success"].append(success)
+        episodes["env/progression"].append(progression)
+        if family != self.env_id:  # a Mixed env: also per task / level
+            episodes[f"env/{family}/success"].append(success)
+            episodes[f"env/{family}/progression"].append(progression)
+        self.episode_index[n] += 1
 
     def state_dict(self) -> dict[str, Any]:
         return {
