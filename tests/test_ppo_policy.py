@@ -14,6 +14,7 @@ from verlog.models.prompts import PromptBuilder, PromptTooLong
 from verlog.models.tiny import build_tiny
 from verlog.ppo.policy import actor_logprobs, collate, critic_values
 from verlog.sampling import TransformersSampler
+from verlog.sampling.base import shared_prefix_length
 
 
 @pytest.fixture(scope="module")
@@ -132,6 +133,35 @@ def test_sampler_logprobs_match_the_actor_and_greedy_is_deterministic(models) ->
     assert greedy.token_ids[2][0] == int(logits.argmax())
     chunked = TransformersSampler(models.actor, models.tokenizer, max_new_tokens=6, batch_size=2)
     assert chunked.generate(prompts, greedy=True).token_ids == greedy.token_ids
+
+
+def test_a_shared_prompt_prefix_is_prefilled_once_with_the_same_result(models) -> None:
+    """Prompts that begin alike (system message, worked example) share one prefill of that prefix; greedy
+    answers and sampled log-probs are those of the ordinary left-padded batch, and the log-probs still match
+    the learner's scoring pass."""
+    prefix = list(range(5, 30))  # 25 shared tokens, above MIN_SHARED_PREFIX
+    prompts = [prefix + [40, 41, 42], prefix + [43], prefix + [44, 45, 46, 47, 48, 49]]
+    assert shared_prefix_length(prompts) == 25
+    assert shared_prefix_length([prefix, prefix]) == 24  # each row keeps a token of its own
+    assert shared_prefix_length([[1, 2], [3, 4]]) == 0 and shared_prefix_length([prefix]) == 0
+    make = lambda share: TransformersSampler(  # noqa: E731
+        models.actor, models.tokenizer, max_new_tokens=6, temperature=0.7, share_prefix=share
+    )
+    shared, plain = make(True), make(False)
+    assert shared.generate(prompts, greedy=True).token_ids == plain.generate(prompts, greedy=True).token_ids
+    torch.manual_seed(3)
+    a = shared.generate(prompts)
+    torch.manual_seed(3)
+    b = plain.generate(prompts)
+    assert a.token_ids == b.token_ids
+    batch = collate(prompts, a.token_ids, models.tokenizer.pad_token_id)
+    with torch.no_grad():
+        actor, _ = actor_logprobs(models.actor, batch, temperature=0.7)
+    for i, ids in enumerate(a.token_ids):
+        torch.testing.assert_close(
+            torch.tensor(a.logprobs[i]), torch.tensor(b.logprobs[i]), atol=1e-5, rtol=0
+        )
+        torch.testing.assert_close(torch.tensor(a.logprobs[i]), actor[i, : len(ids)], atol=1e-4, rtol=0)
 
 
 def test_a_response_stops_at_eos_and_keeps_it(models) -> None:

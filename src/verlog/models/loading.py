@@ -110,9 +110,13 @@ def load_actor(
     attn_implementation: str = "",
     gradient_checkpointing: bool = False,
     lora: LoraSpec | None = None,
+    trainable_layers: int = 0,
 ) -> nn.Module:
-    """The causal LM to train (with LoRA adapters when ``lora`` is given)."""
+    """The causal LM to train (with LoRA adapters when ``lora`` is given; only its top
+    ``trainable_layers`` decoder layers train when that is > 0)."""
     model = _from_pretrained("causal_lm", path, dtype, attn_implementation)
+    if trainable_layers:
+        freeze_below(model, trainable_layers)
     return _finish(model, gradient_checkpointing, lora, heads=())
 
 
@@ -124,15 +128,60 @@ def load_critic(
     attn_implementation: str = "",
     gradient_checkpointing: bool = False,
     lora: LoraSpec | None = None,
+    layers: int = 0,
 ) -> nn.Module:
-    """The value model: a token-classification model, or a backbone plus a linear head (``value_head``)."""
+    """The value model: a token-classification model, or a backbone plus a linear head (``value_head``);
+    with ``layers`` > 0, only the backbone's bottom ``layers`` decoder layers (a shallower, cheaper critic)."""
     if head == "token_classification":
         model = _from_pretrained("token_classification", path, dtype, attn_implementation)
     elif head == "value_head":
         model = ValueHeadModel(_from_pretrained("backbone", path, dtype, attn_implementation))
     else:
         raise ValueError(f"critic_head must be 'token_classification' or 'value_head', got {head!r}")
+    if layers:
+        keep_bottom_layers(model, layers)
     return _finish(model, gradient_checkpointing, lora, heads=("score", "classifier"))
+
+
+def decoder_layers(model: nn.Module) -> nn.ModuleList:
+    """The stack of decoder layers of a transformers model (causal LM, token classifier or value head)."""
+    base = model.backbone if isinstance(model, ValueHeadModel) else model
+    layers = getattr(getattr(base, "base_model", base), "layers", None)
+    if not isinstance(layers, nn.ModuleList):
+        raise ValueError(
+            f"{type(base).__name__} has no `layers` stack on its base model: model.trainable_layers and "
+            "model.critic_layers work with Llama-style architectures (Llama, Qwen2/3, Mistral, SmolLM2)"
+        )
+    return layers
+
+
+def freeze_below(model: nn.Module, trainable: int) -> None:
+    """Train only the top ``trainable`` decoder layers (and what follows them: final norm, heads).
+
+    The embeddings and every lower layer are frozen, so the backward pass stops at the lowest trainable
+    layer: with 6 of SmolLM2's 30 layers it costs about a fifth of a full one. A tied LM head is the frozen
+    embedding matrix and stays frozen with it.
+    """
+    layers = decoder_layers(model)
+    if trainable >= len(layers):
+        return
+    frozen = list(layers)[: len(layers) - trainable]
+    for module in (*frozen, model.get_input_embeddings()):
+        module.requires_grad_(False)
+
+
+def keep_bottom_layers(model: nn.Module, count: int) -> None:
+    """Cut the decoder to its bottom ``count`` layers (the config follows, so it saves and reloads as is)."""
+    layers = decoder_layers(model)
+    if count >= len(layers):
+        return
+    owner = model.backbone if isinstance(model, ValueHeadModel) else model
+    base = getattr(owner, "base_model", owner)
+    base.layers = nn.ModuleList(list(layers)[:count])
+    config = owner.config.get_text_config()
+    config.num_hidden_layers = count
+    if isinstance(getattr(config, "layer_types", None), list):
+        config.layer_types = config.layer_types[:count]
 
 
 def load_reference(path: str, *, dtype: str = "float32", attn_implementation: str = "") -> nn.Module:

@@ -37,7 +37,13 @@ def build_models(dist: Any, config: Config, lora: LoraSpec | None) -> Models:
     common = {"dtype": model.dtype, "attn_implementation": model.attn_implementation}
     checkpointing = model.gradient_checkpointing
     with dist.loading("actor"):
-        actor = load_actor(model.path, gradient_checkpointing=checkpointing, lora=lora, **common)
+        actor = load_actor(
+            model.path,
+            gradient_checkpointing=checkpointing,
+            lora=lora,
+            trainable_layers=model.trainable_layers,
+            **common,
+        )
         actor_optimizer = adamw(actor, ppo.actor_lr, ppo.weight_decay)
         if dist.deepspeed:
             actor, actor_optimizer = dist.actor.prepare(actor, actor_optimizer)
@@ -76,6 +82,7 @@ def _critic(
             head=model.critic_head,
             gradient_checkpointing=model.gradient_checkpointing,
             lora=lora if model.critic_lora else None,
+            layers=model.critic_layers,
             dtype=model.dtype,
             attn_implementation=model.attn_implementation,
         )

@@ -7,6 +7,7 @@ lists the valid ones. Sizes that follow from several fields are computed once, i
 from __future__ import annotations
 
 import dataclasses
+import math
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +43,8 @@ class RunConfig:
     """Seed of envs (``seed + rank * num_envs``), torch and sampling."""
     total_updates: int = 300
     """Number of PPO updates (each one is turns_per_update turns from every env)."""
+    max_minutes: float = 0.0
+    """Also stop (and checkpoint) before an update would end past this many minutes of training (0 = no limit)."""
     checkpoint_every: int = 10
     """Save a checkpoint every k updates (0: only after the last update)."""
     keep_checkpoints: int = 2
@@ -98,8 +101,8 @@ class ModelConfig:
     """Critic kind: AutoModelForTokenClassification(num_labels=1), or an AutoModel backbone plus a linear head."""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     """Weights dtype; keep float32 and use ``accelerate launch --mixed_precision bf16`` for bf16 compute."""
-    mixed_precision: Literal["", "no", "bf16", "fp16"] = ""
-    """Autocast compute with float32 master weights ("" = accelerate launch's --mixed_precision; bf16 pays on CPUs with AVX512-BF16/AMX)."""
+    mixed_precision: Literal["", "auto", "no", "bf16", "fp16"] = ""
+    """Autocast compute over float32 weights: "" = accelerate launch's --mixed_precision; "auto" = bf16 where the hardware has it (a GPU, a CPU with AVX512-BF16/AMX), else float32."""
     attn_implementation: str = ""
     """Attention kernel passed to from_pretrained ("" = the transformers default)."""
     gradient_checkpointing: bool = False
@@ -118,6 +121,10 @@ class ModelConfig:
     """Module names that get adapters ([] = every linear layer except the output heads)."""
     critic_lora: bool = False
     """Also train the critic through LoRA adapters (its value head trains fully); needs lora_r > 0."""
+    trainable_layers: int = 0
+    """Train only the actor's top N decoder layers, final norm and head (0 = all): the backward pass stops there."""
+    critic_layers: int = 0
+    """Build the critic from the bottom N decoder layers only (0 = all): a shallower, cheaper value model."""
 
 
 @dataclass
@@ -195,7 +202,7 @@ class PPOConfig:
     token_lam: float = 1.0
     """GAE lambda across the tokens of one response."""
     reuse_sampler_logprobs: bool = False
-    """Take the sampler's log-probs as the old ones, skipping the actor's scoring pass (transformers sampler only)."""
+    """Take the sampler's log-probs as the old ones, skipping the actor's scoring pass: exact with the transformers sampler; vLLM's differ by its kernels (1e-6 per token in float32 on the CPU; see charts/sampler_logprob_gap with this off)."""
     kl_coef: float = 1e-3
     """Per-token KL penalty to the frozen reference, in the reward (0 = no reference model)."""
     critic_warmup_batches: int = 0
@@ -264,6 +271,8 @@ class Config:
             raise ConfigError(f"sampling.top_p must be in (0, 1], got {self.sampling.top_p}")
         if ppo.dual_clip and ppo.dual_clip <= 1.0:
             raise ConfigError(f"ppo.dual_clip must be > 1 (or 0 for off), got {ppo.dual_clip}")
+        if not (math.isfinite(run.max_minutes) and run.max_minutes >= 0):
+            raise ConfigError(f"run.max_minutes must be >= 0 (0 = no limit), got {run.max_minutes}")
         if min(run.total_updates, run.checkpoint_every, ppo.kl_coef, ppo.critic_warmup_batches) < 0:
             raise ConfigError(
                 "run.total_updates, run.checkpoint_every, ppo.kl_coef and ppo.critic_warmup_* must be >= 0"
@@ -285,6 +294,15 @@ class Config:
             raise ConfigError("model.lora_r must be >= 0 and model.lora_alpha > 0")
         if self.model.critic_lora and not self.model.lora_r:
             raise ConfigError("model.critic_lora needs model.lora_r > 0")
+        for key in ("trainable_layers", "critic_layers"):
+            if getattr(self.model, key) < 0:
+                raise ConfigError(
+                    f"model.{key} must be >= 0 (0 = all layers), got {getattr(self.model, key)}"
+                )
+        if self.model.trainable_layers and self.model.lora_r:
+            raise ConfigError(
+                "model.trainable_layers and model.lora_r are alternatives: set one of them to 0"
+            )
         if not 0.0 < self.sampling.vllm_gpu_memory_utilization < 1.0:
             raise ConfigError(
                 f"sampling.vllm_gpu_memory_utilization must be in (0, 1), got {self.sampling.vllm_gpu_memory_utilization}"

@@ -196,19 +196,33 @@ class Trainer:
                 self.guard.after_update(0, {}, {"critic": self._guarded()["critic"]})
                 if run.checkpoint_every:
                     self.save()
+            started = time.perf_counter()
             while self.update < run.total_updates:
                 metrics = self.train_update()
                 self.logger.log(metrics, step=self.global_step)
                 self.guard.after_update(self.update, metrics, self._guarded())
-                last = self.update == run.total_updates
+                last = self.update == run.total_updates or self._out_of_time(started, metrics["time/total"])
                 if last or (run.checkpoint_every and self.update % run.checkpoint_every == 0):
                     self.save()
+                if last:
+                    break
             self.logger.summary(updates=self.update, turns=self.global_step, env_id=self.config.env.id)
         finally:
             self.logger.close()
             self.envs.close()
             if self.samples is not None:
                 self.samples.close()
+
+    def _out_of_time(self, started: float, last_update_s: float) -> bool:
+        """Whether one more update would end past ``run.max_minutes`` (the main process decides for all)."""
+        budget = 60.0 * self.config.run.max_minutes
+        if not budget:
+            return False
+        from accelerate.utils import broadcast_object_list
+
+        stop = [time.perf_counter() - started + last_update_s > budget]
+        broadcast_object_list(stop)
+        return bool(stop[0])
 
     def train_update(self) -> dict[str, float]:
         """One update: collect, score, returns, PPO, then slot T becomes slot 0."""
@@ -313,12 +327,7 @@ class Trainer:
 
     def _score(self, storage: TurnStorage, *, logprobs: bool) -> dict[str, float]:
         clock = time.perf_counter()
-        # Only the transformers sampler computes with the learner's own weights and kernels.
-        reuse = (
-            logprobs
-            and self.config.ppo.reuse_sampler_logprobs
-            and isinstance(self.sampler, TransformersSampler)
-        )
+        reuse = logprobs and self.config.ppo.reuse_sampler_logprobs
         score(
             storage,
             actor=self._unwrap(self.actor) if logprobs and not reuse else None,

@@ -132,6 +132,23 @@ def select_backend(requested: str, device: torch.device | str, model_path: str =
     )
 
 
+#: A shared prompt prefix shorter than this is not worth its own forward pass.
+MIN_SHARED_PREFIX = 16
+
+
+def shared_prefix_length(prompts: Sequence[Sequence[int]]) -> int:
+    """How many leading tokens all ``prompts`` share, leaving every prompt at least one token of its own
+    (``generate`` needs one new input token per row)."""
+    if len(prompts) < 2:
+        return 0
+    limit = min(len(p) for p in prompts) - 1
+    if limit <= 0:
+        return 0
+    heads = torch.as_tensor([list(p[:limit]) for p in prompts])
+    same = (heads == heads[0]).all(dim=0)
+    return int(same.long().cumprod(0).sum())
+
+
 class _LogprobRecorder:
     """A logits processor, run last, that keeps each step's log-probs only until the next token is known.
 
@@ -162,6 +179,11 @@ class TransformersSampler:
 
     ``synced_gpus``: every process keeps stepping the forward pass until all have finished (needed under
     ZeRO-3 with several processes, where each forward pass gathers weights from all of them).
+
+    ``share_prefix``: the prompts of one batch usually begin alike (system message, worked example: 95 of
+    SmolLM2's 152 BabyAI prompt tokens). That shared prefix runs through the model once, its KV cache is copied
+    to every row, and only the rest of each prompt is prefilled; the rows' own padding then sits between the
+    prefix and their remainder, which the attention mask and the position ids (from its cumulative sum) skip.
     """
 
     def __init__(
@@ -174,6 +196,7 @@ class TransformersSampler:
         top_p: float = 1.0,
         batch_size: int = 0,
         synced_gpus: bool = False,
+        share_prefix: bool = True,
     ) -> None:
         self.model = model
         self.synced_gpus = synced_gpus
@@ -184,6 +207,7 @@ class TransformersSampler:
         self.batch_size = batch_size
         self.eos_ids = eos_token_ids(tokenizer, getattr(model, "generation_config", None))
         self.pad_id = tokenizer.pad_token_id
+        self.share_prefix = share_prefix and not synced_gpus  # ZeRO-3's lockstep forwards must stay aligned
 
     def update_weights(self) -> None:
         """Nothing to do: this sampler generates with the actor itself."""
@@ -240,19 +264,30 @@ class TransformersSampler:
     @torch.no_grad()
     def _generate(self, prompts: Sequence[Sequence[int]], greedy: bool) -> Samples:
         device = next(self.model.parameters()).device
-        width = max(len(p) for p in prompts)
+        shared = shared_prefix_length(prompts) if self.share_prefix else 0
+        if shared < MIN_SHARED_PREFIX:
+            shared = 0
+        rests = [p[shared:] for p in prompts]
+        width = max(len(r) for r in rests)
         input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
-        attention_mask = torch.zeros_like(input_ids)
-        for i, prompt in enumerate(prompts):
-            input_ids[i, width - len(prompt) :] = torch.as_tensor(prompt, dtype=torch.long)
-            attention_mask[i, width - len(prompt) :] = 1
+        attention_mask = torch.zeros((len(prompts), shared + width), dtype=torch.long)
+        attention_mask[:, :shared] = 1
+        for i, rest in enumerate(rests):
+            input_ids[i, width - len(rest) :] = torch.as_tensor(rest, dtype=torch.long)
+            attention_mask[i, shared + width - len(rest) :] = 1
         recorder = _LogprobRecorder()
         was_training = self.model.training
         self.model.eval()
         try:
+            cache = None
+            if shared:  # the common prefix once, its cache repeated for every row
+                prefix = torch.as_tensor([prompts[0][:shared]], dtype=torch.long, device=device)
+                cache = self.model(input_ids=prefix, use_cache=True).past_key_values
+                cache.batch_repeat_interleave(len(prompts))
             sequences = self.model.generate(
                 input_ids=input_ids.to(device),
                 attention_mask=attention_mask.to(device),
+                past_key_values=cache,
                 generation_config=self._generation_config(greedy),
                 logits_processor=self._processors(greedy, recorder),
                 synced_gpus=self.synced_gpus,
