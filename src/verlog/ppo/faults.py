@@ -77,13 +77,26 @@ def _largest_weight(model: torch.nn.Module) -> torch.Tensor:
     largest = torch.zeros(1, dtype=torch.float64)
     with torch.no_grad():
         for param in model.parameters():
-            local = getattr(param, "ds_tensor", param)  # DeepSpeed ZeRO-3 keeps the process's shard there
+            local = _own_elements(param)
             if local.numel():
                 value = local.detach().abs().max().double().cpu().reshape(1)  # nan when there is one
                 if not torch.isfinite(value).all():
                     return torch.full((1,), float("inf"), dtype=torch.float64)
                 largest = torch.maximum(largest, value)
     return largest
+
+
+def _own_elements(param: torch.Tensor) -> torch.Tensor:
+    """The elements of ``param`` this process holds: all of it, or under ZeRO-3 its shard (``ds_tensor``) less
+    the padding past the parameter's end, which is uninitialised memory (it read as 1.5e34 once)."""
+    shard = getattr(param, "ds_tensor", None)
+    if shard is None:
+        return param
+    import torch.distributed as dist
+
+    rank = dist.get_rank(group=getattr(param, "ds_process_group", None)) if dist.is_initialized() else 0
+    start = shard.numel() * rank
+    return shard.reshape(-1)[: max(0, min(shard.numel(), int(param.ds_numel) - start))]
 
 
 def stopped_run(trainer: Any, resume: str | None) -> str:
