@@ -70,6 +70,12 @@ def learn(session: nox.Session) -> None:
 
 
 @nox.session
+def learn_real(session: nox.Session) -> None:
+    """PPO from SmolLM2-135M-Instruct on BabyAI GoTo (CPU, about an hour); exits non-zero unless it learned."""
+    session.run("python", "benchmarks/learn_real.py", *session.posargs)
+
+
+@nox.session
 def sweep(session: nox.Session) -> None:
     """A grid of runs: nox -s sweep -- KEY=V1,V2 ... --seeds 3 --config envs/tiny.toml."""
     session.run("python", "benchmarks/sweep.py", *session.posargs)
