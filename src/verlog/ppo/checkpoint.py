@@ -18,17 +18,19 @@ checkpoint intact; :func:`latest_checkpoint` only ever sees complete ones. Insid
 Every process writes into the same folder, so a multi-machine run needs the run folder on a shared filesystem.
 Nothing verlog writes is a pickle: a run folder is shared and copied between machines, and loading it must not
 run code. accelerate writes the models as safetensors and loads its optimiser and RNG files with
-``torch.load(weights_only=True)``; under DeepSpeed the engine's own files are the exception (see README).
+``torch.load(weights_only=True)``; DeepSpeed's engine asks for ``weights_only=False`` for its own shards, and
+gets weights-only loading anyway (:func:`_weights_only_everywhere`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
 import re
 import shutil
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -122,12 +124,36 @@ def load_checkpoint(
     """
     path = Path(path)
     try:
-        return _load(path, accelerator, more_states)
+        with _weights_only_everywhere():
+            return _load(path, accelerator, more_states)
     except Exception as error:  # a torch, accelerate, DeepSpeed or JSON error: one line that names the file
         if isinstance(error, CheckpointError):
             raise
         text = " ".join(str(error).split())[:300]
         raise CheckpointError(f"{path} does not load: {type(error).__name__}: {text}") from error
+
+
+@contextlib.contextmanager
+def _weights_only_everywhere() -> Iterator[None]:
+    """Make every ``torch.load`` in the block weights-only, also where a library asks for ``weights_only=False``
+    (DeepSpeed's engine reads its ``*.pt`` shards so): PyTorch's own ``TORCH_FORCE_WEIGHTS_ONLY_LOAD`` switch,
+    with the few plain DeepSpeed classes its shards hold allowed by name (``add_safe_globals``)."""
+    allowed: list[Any] = []
+    with contextlib.suppress(ImportError):
+        from deepspeed.runtime.fp16.loss_scaler import DynamicLossScaler, LossScaler
+        from deepspeed.runtime.zero.config import ZeroStageEnum
+
+        allowed += [ZeroStageEnum, LossScaler, DynamicLossScaler]
+    before = os.environ.get("TORCH_FORCE_WEIGHTS_ONLY_LOAD")
+    os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = "1"
+    try:
+        with torch.serialization.safe_globals(allowed):
+            yield
+    finally:
+        if before is None:
+            os.environ.pop("TORCH_FORCE_WEIGHTS_ONLY_LOAD", None)
+        else:
+            os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = before
 
 
 def _load(
