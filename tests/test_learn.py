@@ -48,3 +48,20 @@ def test_three_standard_errors_of_the_difference_are_required() -> None:
     assert not learn.compare(empty_start)["passed"]
     certain = _records([(0.0, 3)] * 2 + [(1.0, 3)] * 18)  # 0 of 6, then 6 of 6: SE 0, but too few episodes
     assert learn.compare(certain)["z"] == math.inf and not learn.compare(certain)["passed"]
+
+
+def test_the_real_model_verdict_needs_three_standard_errors_and_fewer_invalid_answers() -> None:
+    """benchmarks/learn_real.py's rule: success up by >= 3 SE of the difference, and the invalid rate down."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))  # it imports learn.py's helpers as a sibling module
+    spec = importlib.util.spec_from_file_location("learn_real_demo", ROOT / "benchmarks" / "learn_real.py")
+    real = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(real)
+    before = {"success": 0.10, "success_se": 0.03, "invalid_action_rate": 0.30, "invalid_se": 0.01}
+    learned = {"success": 0.40, "success_se": 0.05, "invalid_action_rate": 0.10, "invalid_se": 0.01}
+    result = real.verdict(before, learned)
+    assert result["passed"] and result["z"] == pytest.approx(0.30 / math.sqrt(0.03**2 + 0.05**2))
+    more_invalid = {**learned, "invalid_action_rate": 0.35}
+    assert not real.verdict(before, more_invalid)["passed"]
+    assert not real.verdict(before, {**learned, "success": 0.20})["passed"]  # 1.7 SE only
+    assert real._episode_rate_se([0.0, 1.0]) == pytest.approx(0.5)
+    assert math.isnan(real._episode_rate_se([0.5]))
