@@ -132,22 +132,18 @@ def test_a_pickle_payload_in_a_checkpoint_never_runs(run: Path, tmp_path: Path, 
     assert not marker.exists()
 
 
-class _Payload:
-    """A pickled object whose loading would run code (its reduce calls a function)."""
-
-    def __reduce__(self):
-        return (print, ("this ran",))
-
-
 def test_a_library_asking_for_weights_only_false_gets_weights_only_while_resuming(tmp_path: Path) -> None:
     """DeepSpeed reads its own shards with torch.load(weights_only=False); inside load_checkpoint every
     torch.load is weights-only (PyTorch's TORCH_FORCE_WEIGHTS_ONLY_LOAD), so a payload there cannot run."""
     from verlog.ppo.checkpoint import _weights_only_everywhere
 
-    torch.save({"x": torch.ones(2), "payload": _Payload()}, tmp_path / "shard.pt")
+    marker = tmp_path / "payload-ran"
+    torch.save({"x": torch.ones(2), "payload": _Payload(marker)}, tmp_path / "shard.pt")
     torch.save({"x": torch.ones(2), "step": 3}, tmp_path / "plain.pt")
     with _weights_only_everywhere():
         with pytest.raises(pickle.UnpicklingError):
             torch.load(tmp_path / "shard.pt", weights_only=False)
         assert torch.load(tmp_path / "plain.pt", weights_only=False)["step"] == 3
-    torch.load(tmp_path / "shard.pt", weights_only=False)  # outside, the switch is off again
+    assert not marker.exists()
+    torch.load(tmp_path / "shard.pt", weights_only=False)  # outside, the switch is off again: it runs
+    assert marker.exists()
