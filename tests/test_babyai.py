@@ -434,6 +434,21 @@ def test_instruction_prompt():
 
 
 # ------------------------------------------------------------------ construction, rendering, registry
+@pytest.mark.parametrize("room_size", [5, 6, 12])
+@pytest.mark.parametrize("task", TASKS)
+def test_smaller_and_larger_rooms_are_solvable(task, room_size):
+    """``room_size`` (minigrid's GoToObjS6-style rooms): the grid has that size, text matches it, and the
+    scripted solver still wins every task in it."""
+    env = BabyAITextEnv(task, room_size=room_size)
+    for seed in range(3):
+        env.reset(seed=seed)
+        rooms = 2 if task == "open" else 1
+        assert (env.level.width, env.level.height) == (rooms * (room_size - 1) + 1, room_size)
+        obs, reward, terminated, _, info = _solve(env)[-1]
+        assert terminated and reward > 0 and info["success"] is True
+        assert obs == expected_text(env.level)
+
+
 def test_bad_arguments_are_reported():
     with pytest.raises(ValueError, match="goto, pickup, open, putnext, pick_up_seq_go_to"):
         BabyAITextEnv("go_to")
@@ -445,6 +460,10 @@ def test_bad_arguments_are_reported():
         BabyAITextEnv("goto", num_dists=-1)
     with pytest.raises(TypeError):
         BabyAITextEnv("goto", num_dists=1.5)
+    with pytest.raises(ValueError, match=r"room_size must be in \[5, 12\], got 4"):
+        BabyAITextEnv("goto", room_size=4)
+    with pytest.raises(ValueError, match="num_dists=3 does not fit a room of size 5"):
+        BabyAITextEnv("goto", num_dists=3, room_size=5)
     with pytest.raises(ValueError):
         BabyAITextEnv("goto", render_mode="human")
 

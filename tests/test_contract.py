@@ -151,6 +151,42 @@ def test_vector_autoreset_starts_the_next_episode(env_id: str, mode: str) -> Non
 
 
 @pytest.mark.parametrize("env_id", ENV_IDS)
+def test_a_chosen_fallback_runs_after_an_invalid_response(env_id: str) -> None:
+    game_default = gym.make(env_id).unwrapped.default_action
+    fallback = next(a for a in gym.make(env_id).unwrapped.actions if a != game_default)
+    chosen = gym.make(env_id, invalid_action_fallback=fallback)
+    reference = gym.make(env_id)
+    chosen.reset(seed=3)
+    reference.reset(seed=3)
+    obs, reward, *_, info = chosen.step(JUNK)
+    ref_obs, ref_reward, *_ = reference.step(fallback)
+    assert (info["action_valid"], info["executed_action"], info["invalid_actions"]) == (False, fallback, 1)
+    assert chosen.unwrapped.parse(JUNK).action == fallback
+    assert obs.endswith(ref_obs) and f"'{fallback}'" in obs and reward == ref_reward
+    with pytest.raises(ValueError, match="invalid_action_fallback='fly' is not an action"):
+        gym.make(env_id, invalid_action_fallback="fly")
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_offered_actions_are_listed_accepted_and_nothing_else(env_id: str) -> None:
+    game = gym.make(env_id).unwrapped
+    offered = list(reversed(game.actions[:2]))
+    refused = game.actions[2]
+    env = gym.make(env_id, offered_actions=offered, invalid_action_fallback=refused)
+    _, info = env.reset(seed=4)
+    assert info["valid_actions"] == list(game.actions[:2])  # in the game's own order
+    info = env.step(offered[0])[4]
+    assert (info["action_valid"], info["executed_action"]) == (True, offered[0])
+    info = env.step(refused)[4]  # a game action, but not offered: invalid, and the fallback runs
+    assert (info["action_valid"], info["executed_action"], info["invalid_actions"]) == (False, refused, 1)
+    for phrase, target in game.synonyms.items():  # a synonym of a refused action is refused too
+        assert env.unwrapped.parse(phrase).valid == (target in offered)
+    for bad in ([], ["fly"], offered[0]):
+        with pytest.raises(ValueError, match="offered_actions="):
+            gym.make(env_id, offered_actions=bad)
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
 def test_invalid_actions_run_the_default_and_add_the_penalty(env_id: str) -> None:
     penalised = gym.make(env_id, invalid_action_penalty=-0.25)
     silent = gym.make(env_id, invalid_action_penalty=-0.25, invalid_action_feedback=False)

@@ -50,7 +50,10 @@ EXCLUDED_PHRASES = ("yellow box", "red key", "red door", "green ball", "grey doo
 _BASE_OBJECTS = {"goto": 1, "pickup": 1, "putnext": 2, "pick_up_seq_go_to": 2}
 #: Colours of the locked door in ``open`` (red and grey doors belong to the test split).
 _OPEN_DOOR_COLORS = ("yellow", "green", "blue", "purple")
-_ROOM_SIZE = 8
+#: BALROG's room: 8x8 with its walls, 6x6 inside.
+ROOM_SIZE = 8
+#: Smallest and largest ``room_size``; below 5 the objects cannot all avoid the agent's four neighbours.
+MIN_ROOM_SIZE, MAX_ROOM_SIZE = 5, 12
 #: Distractors beyond this make a 6x6 room mostly unreachable and generation slow.
 MAX_DISTRACTORS = 10
 
@@ -71,14 +74,14 @@ class MixedTrainLocalLevel(RoomGridLevel):
     layout is redrawn without printing; :attr:`rejections` counts them.
     """
 
-    def __init__(self, kind: str, num_dists: int = 0, **kwargs: Any) -> None:
+    def __init__(self, kind: str, num_dists: int = 0, room_size: int = ROOM_SIZE, **kwargs: Any) -> None:
         if kind not in TASKS:
             raise ValueError(f"unknown BabyAI task {kind!r}; valid tasks: {', '.join(TASKS)}")
         self.kind = kind
         self.num_dists = num_dists
         self.rejections = 0
         num_cols = 2 if kind == "open" else 1
-        super().__init__(room_size=_ROOM_SIZE, num_rows=1, num_cols=num_cols, **kwargs)
+        super().__init__(room_size=room_size, num_rows=1, num_cols=num_cols, **kwargs)
 
     def _gen_grid(self, width: int, height: int) -> None:
         # RoomGridLevel's loop, minus the print: redraw the whole layout until it is accepted.
@@ -224,6 +227,11 @@ class BabyAITextEnv(TextEnv):
     Args:
         task: a task kind (see :data:`TASKS`), or a tuple of kinds to draw one from per reset.
         num_dists: distractor objects added to the task's own (BALROG uses 0; the fork's default is 8).
+        room_size: the room's side with its walls (BALROG's 8). Smaller rooms, like minigrid's ``GoToObjS6``
+            levels, make a task that a weak policy still wins often: a denser reward to learn from.
+        invalid_action_fallback: the action run after an invalid response instead of BALROG's "go forward"
+            (which rewards garbage in GoTo); ``"pick up"`` is a no-op in GoTo.
+        offered_actions: the actions listed and accepted, e.g. the three moves for GoTo (default: all six).
         invalid_action_penalty, invalid_action_feedback, strict_parsing, render_mode: see
             :class:`~verlog.envs.base.TextEnv`; ``render_mode`` may also be ``"rgb_array"`` (the full grid).
     """
@@ -266,17 +274,22 @@ class BabyAITextEnv(TextEnv):
         self,
         task: str | Sequence[str] = "goto",
         num_dists: int = 0,
+        room_size: int = ROOM_SIZE,
         *,
         invalid_action_penalty: float = 0.0,
         invalid_action_feedback: bool = True,
         strict_parsing: bool = False,
         render_mode: str | None = None,
+        invalid_action_fallback: str | None = None,
+        offered_actions: Sequence[str] | None = None,
     ) -> None:
         super().__init__(
             invalid_action_penalty=invalid_action_penalty,
             invalid_action_feedback=invalid_action_feedback,
             strict_parsing=strict_parsing,
             render_mode=render_mode,
+            invalid_action_fallback=invalid_action_fallback,
+            offered_actions=offered_actions,
         )
         self.tasks = _validate_tasks(task)
         if isinstance(num_dists, bool) or not isinstance(num_dists, int | np.integer):
@@ -284,6 +297,18 @@ class BabyAITextEnv(TextEnv):
         if not 0 <= num_dists <= MAX_DISTRACTORS:
             raise ValueError(f"num_dists must be in [0, {MAX_DISTRACTORS}], got {num_dists}")
         self.num_dists = int(num_dists)
+        if isinstance(room_size, bool) or not isinstance(room_size, int | np.integer):
+            raise TypeError(f"room_size must be an int, got {room_size!r}")
+        if not MIN_ROOM_SIZE <= room_size <= MAX_ROOM_SIZE:
+            raise ValueError(f"room_size must be in [{MIN_ROOM_SIZE}, {MAX_ROOM_SIZE}], got {room_size}")
+        # At most one object per three inside cells (BALROG's 8x8 room: 12, i.e. MAX_DISTRACTORS beside two
+        # task objects); denser rooms are mostly unreachable and their layouts redraw for ever.
+        most = (room_size - 2) ** 2 // 3 - max(_BASE_OBJECTS.get(kind, 1) for kind in self.tasks)
+        if num_dists > most:
+            raise ValueError(
+                f"num_dists={num_dists} does not fit a room of size {room_size} (at most {most})"
+            )
+        self.room_size = int(room_size)
         self._action_index = {name: i for i, name in enumerate(self.actions)}
         self._levels: dict[str, MixedTrainLocalLevel] = {}
         self._level: MixedTrainLocalLevel | None = None
@@ -306,11 +331,11 @@ class BabyAITextEnv(TextEnv):
     def _new_episode(self) -> tuple[str, dict[str, Any]]:
         kind = self._draw_task()
         if kind not in self._levels:
-            self._levels[kind] = MixedTrainLocalLevel(kind, self.num_dists)
+            self._levels[kind] = MixedTrainLocalLevel(kind, self.num_dists, self.room_size)
         self._level = self._levels[kind]
         obs, _ = self._level.reset(seed=int(self.np_random.integers(2**31 - 1)))
         self._success = False
-        self._prompt = _instruction_prompt(self._level.mission)
+        self._prompt = _instruction_prompt(self._level.mission, self.offered_actions)
         return describe_view(obs["image"], self._level.carrying), self._game_info()
 
     def _draw_task(self) -> str:
@@ -372,9 +397,9 @@ def _validate_tasks(task: str | Sequence[str]) -> tuple[str, ...]:
     return tasks
 
 
-def _instruction_prompt(mission: str) -> str:
+def _instruction_prompt(mission: str, offered: Sequence[str] = ()) -> str:
     """BALROG's BabyAI prompt, in our words: the game, the goal, the actions, two tips, ``PLAY!``."""
-    actions = ",\n".join(f"{name}: {help_}" for name, help_ in _ACTION_HELP)
+    actions = ",\n".join(f"{name}: {help_}" for name, help_ in _ACTION_HELP if not offered or name in offered)
     return (
         "You are playing a simple navigation game in a grid world. "
         f"Your goal is to {mission}.\n\n"

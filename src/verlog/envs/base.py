@@ -6,9 +6,9 @@ A game subclasses :class:`TextEnv` and fills in four hooks (``_new_episode``, ``
 * the observation is a ``str`` a person can read; the action is a ``str``, the model's raw output;
 * ``reset(seed=s)`` fully determines the episode: the game draws only from ``self.np_random``;
 * the response is parsed by :func:`verlog.envs.parsing.parse_action`; an invalid one never raises: the game's
-  default action runs, the step is counted in ``info["invalid_actions"]``, ``invalid_action_penalty`` is
-  *added* to that step's reward, and (when ``invalid_action_feedback``) a short note goes in front of the
-  returned observation;
+  default action (or ``invalid_action_fallback``, when given) runs, the step is counted in
+  ``info["invalid_actions"]``, ``invalid_action_penalty`` is *added* to that step's reward, and (when
+  ``invalid_action_feedback``) a short note goes in front of the returned observation;
 * ``info`` always carries :data:`INFO_KEYS` next to the game's own fields.
 """
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import string
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import gymnasium as gym
@@ -74,7 +74,21 @@ class TextEnv(gym.Env[str, str], ABC):
         invalid_action_feedback: bool = True,
         strict_parsing: bool = False,
         render_mode: str | None = None,
+        invalid_action_fallback: str | None = None,
+        offered_actions: Sequence[str] | None = None,
     ) -> None:
+        if offered_actions is not None:
+            unknown = [a for a in offered_actions if a not in self.actions]
+            if unknown or not offered_actions or isinstance(offered_actions, str):
+                raise ValueError(
+                    f"offered_actions={offered_actions!r} must be a non-empty list of actions of "
+                    f"{type(self).__name__}; choose from {list(self.actions)}"
+                )
+        if invalid_action_fallback is not None and invalid_action_fallback not in self.actions:
+            raise ValueError(
+                f"invalid_action_fallback={invalid_action_fallback!r} is not an action of {type(self).__name__}; "
+                f"choose one of {list(self.actions)}"
+            )
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(
                 f"render_mode={render_mode!r} is not supported by {type(self).__name__}; "
@@ -84,7 +98,18 @@ class TextEnv(gym.Env[str, str], ABC):
         self.invalid_action_penalty = float(invalid_action_penalty)
         self.invalid_action_feedback = bool(invalid_action_feedback)
         self.strict_parsing = bool(strict_parsing)
-        note = self.invalid_action_note(ParsedAction(self.default_action, False, ""))
+        #: What runs after an invalid response: the game's default (BALROG's), or a chosen action. A learner
+        #: wants a no-op here when the default is a useful move (BabyAI's "go forward" would reward garbage).
+        self.fallback_action = invalid_action_fallback or self.default_action
+        #: The actions the agent is offered (``info["valid_actions"]``, what the parser accepts), in the
+        #: game's order: all of them, or a subset (a navigation task needs no "toggle"). The fallback may be
+        #: any action of the game, offered or not.
+        self.offered_actions: tuple[str, ...] = self.actions
+        self._synonyms: Mapping[str, str] = self.synonyms
+        if offered_actions is not None:
+            self.offered_actions = tuple(a for a in self.actions if a in set(offered_actions))
+            self._synonyms = {k: v for k, v in self.synonyms.items() if v in self.offered_actions}
+        note = self.invalid_action_note(ParsedAction(self.fallback_action, False, ""))
         self.observation_space = text_space(self.max_observation_chars + len(note))
         self.action_space = text_space(self.max_action_chars)
         self._observation = ""
@@ -114,7 +139,9 @@ class TextEnv(gym.Env[str, str], ABC):
     # ------------------------------------------------------------------ the contract
     def parse(self, response: object) -> ParsedAction:
         """Parse a model response the way :meth:`step` does, without stepping."""
-        return parse_action(response, self.actions, self.default_action, self.strict_parsing, self.synonyms)
+        return parse_action(
+            response, self.offered_actions, self.fallback_action, self.strict_parsing, self._synonyms
+        )
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -154,7 +181,7 @@ class TextEnv(gym.Env[str, str], ABC):
         info.update(
             instruction=self._instruction(),
             goal=self._goal(),
-            valid_actions=list(self.actions),
+            valid_actions=list(self.offered_actions),
             action_valid=valid,
             executed_action=executed,
             progression=float(self._progression()),

@@ -36,7 +36,7 @@ The game is :class:`crafter.Env` itself with BALROG's settings (64Ã—64 world, 9Ã
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, ClassVar
 
 import crafter
@@ -239,8 +239,8 @@ class CrafterTextEnv(TextEnv):
         unique_items: list only the nearest instance of each kind (BALROG's default); else every cell.
         precise_location: ``1 step north and 2 steps west`` instead of ``3 steps to your north-west``.
         describe_daylight: add ``It is day.`` / ``It is night.`` (not in BALROG's text).
-        invalid_action_penalty, invalid_action_feedback, strict_parsing, render_mode: see
-            :class:`~verlog.envs.base.TextEnv`; ``render_mode`` may also be ``"rgb_array"`` (crafter's image).
+        invalid_action_penalty, invalid_action_feedback, strict_parsing, render_mode, invalid_action_fallback,
+            offered_actions: see :class:`~verlog.envs.base.TextEnv`; ``render_mode`` may also be ``"rgb_array"`` (crafter's image).
     """
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi", "rgb_array"], "render_fps": 4}
@@ -329,12 +329,16 @@ class CrafterTextEnv(TextEnv):
         invalid_action_feedback: bool = True,
         strict_parsing: bool = False,
         render_mode: str | None = None,
+        invalid_action_fallback: str | None = None,
+        offered_actions: Sequence[str] | None = None,
     ) -> None:
         super().__init__(
             invalid_action_penalty=invalid_action_penalty,
             invalid_action_feedback=invalid_action_feedback,
             strict_parsing=strict_parsing,
             render_mode=render_mode,
+            invalid_action_fallback=invalid_action_fallback,
+            offered_actions=offered_actions,
         )
         if max_steps < 1:
             raise ValueError(f"max_steps must be at least 1, got {max_steps}")
