@@ -99,6 +99,19 @@ def test_sampled_logprobs_match_the_learner_and_the_seed_fixes_the_samples(engin
     assert gap < 1e-3
 
 
+def test_a_sampled_batch_longer_than_one_step_runs_and_repeats(engine) -> None:
+    """40 distinct prompts of 110 tokens (4,400, over vLLM's 4,096-token step): a prefill split across steps
+    rewinds its seeded generator, which vLLM's CPU generator cannot do; the sampler keeps prefills whole."""
+    _, _, _, sampler = engine
+    rng = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(5, 60, (110,), generator=rng).tolist() for _ in range(40)]
+    torch.manual_seed(3)
+    first = sampler.generate(prompts)
+    torch.manual_seed(3)
+    assert sampler.generate(prompts).token_ids == first.token_ids
+    assert all(0 < len(ids) <= NEW_TOKENS for ids in first.token_ids)
+
+
 def test_pushed_weights_change_greedy_output_and_the_old_ones_restore_it(engine) -> None:
     actor, tokenizer, prompts, sampler = engine
     before = {k: v.clone() for k, v in actor.state_dict().items()}

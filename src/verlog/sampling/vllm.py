@@ -92,6 +92,10 @@ class VLLMSampler:
         }
         if self.on_cpu:
             kwargs["kv_cache_memory_bytes"] = int(cpu_kvcache_gib * 2**30)  # VLLM_CPU_KVCACHE_SPACE, finer
+            # A prefill split across steps rewinds its request's seeded generator, which a CPU generator
+            # cannot do ("CPU Generator does not use offset"): a batch of seeded prompts longer than the
+            # token budget (32 BabyAI prompts) crashed. Whole prefills only; a prompt waits for the next step.
+            kwargs["enable_chunked_prefill"] = False
         else:
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
             kwargs["enable_sleep_mode"] = self.sleep_level > 0
