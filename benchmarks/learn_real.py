@@ -7,7 +7,7 @@
 
 Steps: the preset's model (``model.build``: fetched from the package registry and converted on first use) plays
 N seeded evaluation episodes, sampled at the training temperature with the run's prompts; PPO trains it
-within ``run.max_minutes`` (the preset: 40 minutes, so training and both evaluations fit in an hour on the
+within ``run.max_minutes`` (the preset: 44 minutes, so training and both evaluations fit in an hour on the
 2-core CPU it was tuned on); the last checkpoint plays the very same episodes. The episode seeds
 (``--eval-seed``, default 10,000) are far from the training envs' (``run.seed`` + env index), so no
 evaluation episode was trained on.
@@ -24,6 +24,8 @@ import argparse
 import datetime as dt
 import json
 import math
+import os
+import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -33,6 +35,7 @@ from typing import Any
 from learn import machine, update_records, window  # the tiny-model demonstration's helpers (same folder)
 
 from verlog.pipes import closed_pipe_ok
+from verlog.tomlconfig import toml_value
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -41,24 +44,24 @@ Z_REQUIRED = 3.0
 STATE_FILE = "learn-real.json"
 
 
-def evaluation(
-    agent: str, config: Any, run_config: Path | None, out: Path, episodes: int, seed: int, num_envs: int
-) -> dict:
-    """``verlog eval`` of ``agent`` on the preset's task: success and invalid-action rate, each with its SE."""
-    from verlog.evaluation import evaluate
+#: Variables an in-process vLLM engine (the trainer's) sets; a child's own engine must pick its own.
+LAUNCH_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
-    summary = evaluate(
-        agent,
-        config.env.id,
-        out=out,
-        episodes=episodes,
-        seed=seed,
-        num_envs=num_envs,
-        env_kwargs=dict(config.env.kwargs),
-        config=run_config,
-        sample=True,
-        samples_per_family=4,
-    )
+
+def evaluation(
+    agent: str, config: Any, run_config: Path, out: Path, episodes: int, seed: int, num_envs: int
+) -> dict:
+    """``verlog eval`` of ``agent`` on the preset's task, sampled at the training temperature, in a child
+    process (its own sampler engine, none left behind in the trainer's): success and invalid-action rate,
+    each with its SE."""
+    command = [
+        sys.executable, "-m", "verlog", "eval", str(agent), "--suite", config.env.id, "--episodes", str(episodes),
+        "--seed", str(seed), "--num-envs", str(num_envs), "--config", str(run_config),
+        "--env-kwargs", toml_value(dict(config.env.kwargs)), "--sample", "--out", str(out), "--quiet",
+    ]  # fmt: skip
+    env = {key: value for key, value in os.environ.items() if key not in LAUNCH_VARS}
+    subprocess.run(command, check=True, env=env)
+    summary = json.loads((out / "summary.json").read_text())
     task = summary["tasks"][config.env.id]
     rows = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines() if line.strip()]
     turns = sum(r["length"] for r in rows)
@@ -150,7 +153,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--config", type=Path, default=ROOT / "envs" / "learn_real.toml", help="preset")
     parser.add_argument("--run", type=Path, default=None, help="judge an existing run folder instead")
-    parser.add_argument("--episodes", type=int, default=64, help="seeded evaluation episodes (default 64)")
+    parser.add_argument("--episodes", type=int, default=128, help="seeded evaluation episodes (default 128)")
     parser.add_argument("--eval-envs", type=int, default=32, help="envs played at once in evaluation")
     parser.add_argument("--eval-seed", type=int, default=10_000, help="base seed of the evaluation episodes")
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder for learn_real.{json,png}")
