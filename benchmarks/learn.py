@@ -149,6 +149,21 @@ def evaluate_both(config: Any, run_dir: Path, episodes: int) -> dict[str, dict[s
     return figures
 
 
+def load_preset(parser: argparse.ArgumentParser, path: Path, overrides: Sequence[str]) -> Any:
+    """The preset with its overrides, derived and checked as ``agents/ppo.py`` checks it; a bad one ends the
+    script with the parser's one-line error before any model loads."""
+    from verlog.ppo.config import ConfigError, load_config
+    from verlog.ppo.validate import validate
+
+    try:
+        config = load_config(path, overrides)
+        config.derive()
+        validate(config)
+    except (ConfigError, OSError) as error:
+        parser.error(f"config: {error}")
+    return config
+
+
 def machine() -> dict[str, Any]:
     """The machine, with torch's version (imported here, so the record names it)."""
     import torch  # noqa: F401  (loaded, so the machine record names its version)
@@ -178,16 +193,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from rich.console import Console
 
-    from verlog.ppo.config import ConfigError, load_config
+    from verlog.ppo.config import load_config
 
     console = Console()
     started = time.perf_counter()
     if args.run is None:
-        try:
-            config = load_config(args.config, args.overrides)
-            config.derive()
-        except (ConfigError, OSError) as error:
-            parser.error(f"config: {error}")
+        config = load_preset(parser, args.config, args.overrides)
         from verlog.ppo.trainer import Trainer
 
         if not Path(config.model.path).exists():

@@ -24,7 +24,6 @@ import argparse
 import datetime as dt
 import json
 import math
-import os
 import subprocess
 import sys
 import time
@@ -32,7 +31,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from learn import machine, update_records, window  # the tiny-model demonstration's helpers (same folder)
+from learn import (  # the tiny-model demonstration's helpers (same folder)
+    load_preset,
+    machine,
+    update_records,
+    window,
+)
 
 from verlog.pipes import closed_pipe_ok
 from verlog.tomlconfig import toml_value
@@ -42,10 +46,6 @@ RESULTS = ROOT / "benchmarks" / "results"
 Z_REQUIRED = 3.0
 #: Written into the run folder when the run ends, with the evaluation before training.
 STATE_FILE = "learn-real.json"
-
-
-#: Variables an in-process vLLM engine (the trainer's) sets; a child's own engine must pick its own.
-LAUNCH_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
 def evaluation(
@@ -59,8 +59,9 @@ def evaluation(
         "--seed", str(seed), "--num-envs", str(num_envs), "--config", str(run_config),
         "--env-kwargs", toml_value(dict(config.env.kwargs)), "--sample", "--out", str(out), "--quiet",
     ]  # fmt: skip
-    env = {key: value for key, value in os.environ.items() if key not in LAUNCH_VARS}
-    subprocess.run(command, check=True, env=env)
+    from verlog.sampling.vllm import child_env
+
+    subprocess.run(command, check=True, env=child_env())
     summary = json.loads((out / "summary.json").read_text())
     task = summary["tasks"][config.env.id]
     rows = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines() if line.strip()]
@@ -163,16 +164,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     from rich.console import Console
 
     from verlog.models.sources import resolve_model_path
-    from verlog.ppo.config import ConfigError, load_config
+    from verlog.ppo.config import load_config
 
     console = Console()
     started = time.perf_counter()
     if args.run is None:
-        try:
-            config = load_config(args.config, args.overrides)
-            config.derive()
-        except (ConfigError, OSError) as error:
-            parser.error(f"config: {error}")
+        config = load_preset(parser, args.config, args.overrides)
         from verlog.ppo.trainer import Trainer
 
         config.model.path = resolve_model_path(config.model, config.env)  # fetched and converted once

@@ -36,7 +36,10 @@ import torch
 
 from verlog.sampling.base import INSTALL_HINT, SamplerError, Samples, eos_token_ids
 
-__all__ = ["VLLMSampler", "own_cores"]
+__all__ = ["ENGINE_VARS", "VLLMSampler", "child_env", "own_cores"]
+
+#: The torch.distributed variables an in-process engine sets (external_launcher reads them).
+ENGINE_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
 class VLLMSampler:
@@ -267,6 +270,11 @@ def _sampled_logprob(position: Any, token: int) -> float:
     """The sampled token's log-prob out of one position's ``{token_id: Logprob}`` (NaN if vLLM left it out)."""
     entry = position.get(token) if position is not None else None
     return float(entry.logprob) if entry is not None else math.nan
+
+
+def child_env() -> dict[str, str]:
+    """This process's environment without :data:`ENGINE_VARS`: a child process starts its own engine."""
+    return {key: value for key, value in os.environ.items() if key not in ENGINE_VARS}
 
 
 def _distributed_env() -> None:
