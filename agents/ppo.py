@@ -15,6 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from verlog.extras import as_missing, require
 from verlog.pipes import closed_pipe_ok
 from verlog.ppo.config import ConfigError, describe, load_config
 from verlog.ppo.validate import validate
@@ -52,15 +53,21 @@ def main(argv: list[str] | None = None) -> int:
         return _bad_input(parser, f"config: {error}")
 
     if not args.verbose:
-        from verlog.ppo.console import quiet_console
+        from verlog.quiet import quiet_console
 
         quiet_console()
-    from verlog.ppo.faults import Diverged, stopped_run
-    from verlog.ppo.launch import LaunchError, exit_on_peer_loss
-    from verlog.ppo.manifest import CheckpointError
-    from verlog.ppo.trainer import Trainer  # torch and transformers load only once the config is good
-    from verlog.sampling import SamplerError
-    from verlog.vector import SubEnvError
+    try:
+        require("training", "torch", "transformers", "accelerate")
+        from verlog.ppo.faults import Diverged, stopped_run
+        from verlog.ppo.launch import LaunchError, exit_on_peer_loss
+        from verlog.ppo.manifest import CheckpointError
+        from verlog.ppo.trainer import Trainer  # torch and transformers load only once the config is good
+        from verlog.sampling import SamplerError
+        from verlog.vector import SubEnvError
+    except ImportError as error:
+        if (missing := as_missing(error)) is None:
+            raise
+        return _bad_input(parser, str(missing))
 
     trainer = None
     try:
@@ -71,6 +78,10 @@ def main(argv: list[str] | None = None) -> int:
     except LaunchError as error:
         print(f"{parser.prog}: launch: {error}", file=sys.stderr)
         return 2
+    except ImportError as error:  # e.g. gguf for model.build = "smollm2-135m-instruct"
+        if (missing := as_missing(error)) is None:
+            raise
+        return _bad_input(parser, str(missing))
     except SamplerError as error:  # vLLM missing, or a model it cannot load: one line, nothing written lost
         parser.exit(2, f"{parser.prog}: sampler: {error}\n")
     except CheckpointError as error:  # nothing loaded from it: the run folder is as it was

@@ -86,7 +86,7 @@ def test_the_run_ends_on_a_summary_panel(tmp_path: Path, monkeypatch: pytest.Mon
 
 QUIET_SCRIPT = """
 import logging, sys, warnings
-from verlog.ppo.console import attach_run_log, quiet_console
+from verlog.quiet import attach_run_log, quiet_console
 
 quiet_console()
 ds = logging.getLogger("DeepSpeed")  # as DeepSpeed does at import: its own stdout handler, no propagation

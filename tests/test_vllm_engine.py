@@ -166,6 +166,7 @@ def test_ppo_with_vllm_completes_and_resumes_exactly(tiny: Path, tmp_path: Path)
     done = _ppo(*launch, "agents/ppo.py", "--config", "envs/tiny.toml", *overrides, env=env)
     assert "sampler: vllm (sampling.backend = vllm)" in done.stdout + done.stderr
     first = tmp_path / "tiny-0001"
+    _assert_engine_chatter_kept_in(first / "console.log", done.stdout + done.stderr)
     records = _records(first)
     assert [r["update"] for r in records] == [0.0, 1.0, 2.0, 3.0]
     assert all(r["time/weight_sync"] > 0 for r in records[1:])  # pushed once per update, timed
@@ -199,3 +200,35 @@ def test_a_model_the_engine_cannot_load_is_one_line(tiny: Path, tmp_path: Path) 
     with pytest.raises(SamplerError, match=r"^vLLM cannot load .*sampling.backend=transformers") as caught:
         VLLMSampler(str(broken), load_tokenizer(str(tiny)), None, max_new_tokens=4, max_model_len=64)
     assert "\n" not in str(caught.value)
+
+
+#: What a vLLM engine prints on the CPU without verlog's quiet console (its config dump, thread binding).
+ENGINE_CHATTER = (
+    "(MainProcess",
+    "non-default args",
+    "Initializing a V1 LLM engine",
+    "set_num_threads",
+    "KV cache",
+)
+
+
+def _assert_engine_chatter_kept_in(log: Path, console: str) -> None:
+    for noise in ENGINE_CHATTER:
+        assert noise not in console, noise
+    assert "starting the vLLM engine" in log.read_text()  # what it printed, native output included, is kept
+
+
+def test_eval_with_vllm_shows_the_table_and_keeps_the_engines_output_in_the_log(
+    tiny: Path, tmp_path: Path
+) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARS}
+    env.update({"HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "COLUMNS": "100"})
+    out = tmp_path / "eval"
+    done = subprocess.run(
+        [sys.executable, "-m", "verlog", "eval", str(tiny), "--suite", ENV, "--episodes", "1", "--num-envs", "1",
+         "--backend", "vllm", "--env-kwargs", "{ max_episode_steps = 3 }", "--out", str(out)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "overall" in done.stdout and "BabyAI-GoTo" in done.stdout
+    _assert_engine_chatter_kept_in(out / "console.log", done.stdout + done.stderr)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from verlog.evaluation.command import EVAL_HELP, add_eval_arguments, run_eval
+from verlog.extras import as_missing
 from verlog.memory import MEMORIES
 from verlog.models.command import MODELS_HELP, add_models_arguments, run_models
 from verlog.pipes import closed_pipe_ok
@@ -77,12 +78,18 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the exit code."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["launch"] and not {"-h", "--help"} & set(argv[1:2]):
-        from verlog.ppo.launcher import main as launch_main  # accelerate's flags pass through unparsed
+    try:
+        if argv[:1] == ["launch"] and not {"-h", "--help"} & set(argv[1:2]):
+            from verlog.ppo.launcher import main as launch_main  # accelerate's flags pass through unparsed
 
-        return launch_main(argv[1:])
-    args = build_parser().parse_args(argv)
-    return int(args.run(args))
+            return launch_main(argv[1:])
+        args = build_parser().parse_args(argv)
+        return int(args.run(args))
+    except ImportError as error:  # an optional package is missing: one line naming its extra
+        if (missing := as_missing(error)) is None:
+            raise
+        print(f"verlog: {missing}", file=sys.stderr)
+        return 2
 
 
 # ---------------------------------------------------------------------------------------------- verlog list

@@ -46,6 +46,7 @@ from verlog.evaluation.runner import EnvSettings, EpisodeLog, play
 from verlog.evaluation.scoring import summarize
 from verlog.evaluation.suites import episode_seed, game_of, resolve_suite
 from verlog.pipes import closed_pipe_ok
+from verlog.quiet import attach_run_log, quiet_console
 from verlog.samples import SampleWriter, TurnSample, pick_turns
 
 __all__ = ["EVAL_HELP", "add_eval_arguments", "add_eval_command", "evaluate", "main", "run_eval"]
@@ -121,6 +122,7 @@ def evaluate(
     wanted = {(task, episode_seed(seed, task, i)) for task in the_suite.tasks for i in range(n)}
     done = {(r["task"], r["seed"]) for r in records} & wanted
     folder.mkdir(parents=True, exist_ok=True)
+    attach_run_log(folder)  # the libraries' notices (model loading, the engine) go there while quiet
     (folder / SETTINGS_FILE).write_text(json.dumps(settings, indent=2) + "\n")
 
     todo = len(wanted) - len(done)
@@ -378,6 +380,11 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     api.add_argument("--retries", type=int, default=4, metavar="N", help="retries per request, with backoff")
     api.add_argument("--timeout", type=float, default=120.0, metavar="S", help="seconds per request")
     parser.add_argument("--quiet", action="store_true", help="no progress bar and no table")
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="show the libraries' own output (engine and load reports) instead of keeping it in OUT/console.log",
+    )
 
 
 def add_eval_command(subparsers: Any) -> argparse.ArgumentParser:
@@ -433,6 +440,8 @@ def run_eval(args: argparse.Namespace) -> int:
     """Run ``verlog eval`` from parsed arguments; exit status 2 for an evaluation that cannot run."""
     from gymnasium.error import UnregisteredEnv
 
+    if not args.verbose:
+        quiet_console()
     try:
         api = _api_settings(args)  # first: it turns --backend into an override
         summary = evaluate(

@@ -7,6 +7,8 @@ import json
 import time
 from pathlib import Path
 
+from verlog.quiet import attach_run_log, quiet_console
+
 __all__ = ["MODELS_HELP", "add_models_arguments", "run_models"]
 
 MODELS_HELP = "List the models verlog can fetch, or get one as a Hugging Face folder under runs/models/."
@@ -16,6 +18,11 @@ def add_models_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("action", choices=["list", "get"], help="list the models, or get one")
     parser.add_argument("name", nargs="?", help="the model to get, e.g. smollm2-135m-instruct")
     parser.add_argument("--path", default="", help="folder to write it to (default runs/models/NAME)")
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="show the conversion's own output instead of keeping it in NAME.log",
+    )
 
 
 def run_models(args: argparse.Namespace) -> int:
@@ -32,8 +39,13 @@ def run_models(args: argparse.Namespace) -> int:
         print(f"verlog models get: unknown model {args.name!r}; known: {', '.join(sorted(REGISTRY))}")
         return 2
     from verlog.models.gguf import ConversionError
-    from verlog.models.sources import get_registry_model
+    from verlog.models.sources import default_path, get_registry_model
 
+    target = Path(args.path or default_path(args.name))
+    if not args.verbose:  # the conversion's load reports and progress bars go to runs/models/NAME.log
+        quiet_console()
+        target.parent.mkdir(parents=True, exist_ok=True)
+        attach_run_log(target.parent, file_name=f"{target.name}.log")
     clock = time.perf_counter()
     try:
         folder = get_registry_model(args.name, args.path or None)

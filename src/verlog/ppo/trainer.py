@@ -27,7 +27,6 @@ from verlog.models.weights import export_pretrained, full_weights, weights_check
 from verlog.ppo.build import build_models
 from verlog.ppo.checkpoint import checkpoint_dir, load_checkpoint, save_checkpoint
 from verlog.ppo.config import Config
-from verlog.ppo.console import attach_run_log
 from verlog.ppo.distributed import init_processes, merge_process_metrics, setup
 from verlog.ppo.faults import Guard
 from verlog.ppo.group_rollout import group_batches
@@ -37,6 +36,7 @@ from verlog.ppo.rollout import Rollout, score
 from verlog.ppo.runfiles import rewind
 from verlog.ppo.storage import TurnStorage
 from verlog.ppo.update import ppo_update
+from verlog.quiet import attach_run_log
 from verlog.samples import SampleWriter, TurnSample, pick_turns
 from verlog.sampling import Sampler, TransformersSampler, select_backend
 

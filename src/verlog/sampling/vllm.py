@@ -34,6 +34,7 @@ from typing import Any
 
 import torch
 
+from verlog.quiet import native_output
 from verlog.sampling.base import INSTALL_HINT, SamplerError, Samples, eos_token_ids
 
 __all__ = ["ENGINE_VARS", "VLLMSampler", "child_env", "own_cores"]
@@ -106,10 +107,11 @@ class VLLMSampler:
         try:
             from vllm import SamplingParams
 
-            with _without_modules("llvmlite"):
+            # The engine's native warnings (torch's NUMA binding) and load bars go to the run log while quiet.
+            with _without_modules("llvmlite"), native_output(f"starting the vLLM engine for {model_path}"):
                 self.llm = LLM(**kwargs)
-            # One token now: some failures (e.g. a head size the CPU attention lacks) only show in a forward.
-            self.llm.generate([{"prompt_token_ids": [0]}], SamplingParams(max_tokens=1), use_tqdm=False)
+                # One token now: some failures (e.g. a head size the CPU attention lacks) only show in a forward.
+                self.llm.generate([{"prompt_token_ids": [0]}], SamplingParams(max_tokens=1), use_tqdm=False)
         except Exception as error:  # vLLM raises anything for a model it cannot run
             message = " ".join(str(error).split())[:400]
             raise SamplerError(

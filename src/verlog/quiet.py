@@ -1,29 +1,39 @@
-"""A quiet training console: third-party chatter goes to ``RUN/console.log``, verlog's own lines stay.
+"""A quiet console: third-party chatter goes to a log file in the run (or output) folder, verlog's lines stay.
 
-Loading and saving models makes transformers, accelerate and DeepSpeed print a page of notices (load
-reports, shared-tensor notes, accelerator detection, tqdm bars) between the per-update rows. None of it is
-wrong, and all of it is worth keeping, but not on the console: :func:`quiet_console` sends those loggers,
-Python warnings from outside verlog and the libraries' progress bars into a log file, and verlog's own
-``verlog`` logger (e.g. "critic head initialised fresh") prints one line to the console. Records that come
-before the run folder exists are kept in memory and written once :func:`attach_run_log` names it.
-``agents/ppo.py --verbose`` skips all of this and shows everything as the libraries print it.
+Loading and saving models makes transformers, accelerate, DeepSpeed and vLLM print a page of notices (load
+reports, shared-tensor notes, accelerator detection, an engine's whole configuration, thread-binding warnings,
+tqdm bars) between verlog's own lines. None of it is wrong, and all of it is worth keeping, but not on the
+console: :func:`quiet_console` sends those loggers, Python warnings from outside verlog and the libraries'
+progress bars into a log file, and verlog's own ``verlog`` logger (e.g. "critic head initialised fresh") prints
+one line to the console. The libraries' *errors* still reach the console too. Records that come before the
+folder exists are kept in memory and written once :func:`attach_run_log` names it. What native code writes
+straight to the process's stderr (torch's C++ warnings, an engine's load bars) cannot be caught as a record:
+:func:`native_output` takes the file descriptor itself for the few noisy calls (starting a vLLM engine).
+
+Every entry point calls it (training, ``verlog eval``, ``verlog models get``, the benchmarks); ``--verbose``
+skips all of this and shows everything as the libraries print it. A floor-0 module: no torch, no verlog import.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import sys
+import tempfile
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["LOG_FILE", "THIRD_PARTY", "attach_run_log", "quiet_console"]
+__all__ = ["LOG_FILE", "THIRD_PARTY", "attach_run_log", "is_quiet", "native_output", "quiet_console"]
 
 #: File name of the third-party log inside a run folder (``console.rank<N>.log`` for processes other than 0).
 LOG_FILE = "console.log"
 #: Loggers whose records go to the log file instead of the console.
-THIRD_PARTY = ("transformers", "accelerate", "DeepSpeed", "deepspeed", "torch", "peft", "huggingface_hub")
+THIRD_PARTY = (
+    "transformers", "accelerate", "DeepSpeed", "deepspeed", "torch", "peft", "huggingface_hub", "vllm", "numba",
+)  # fmt: skip
 
 _FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -105,8 +115,13 @@ def quiet_console() -> None:
         return
     _handler = handler = _RunLogHandler()
     divert = _Divert(handler)
+    # vLLM installs its own stdout handler at import unless told not to; its records then reach ours.
+    os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")
     for name in THIRD_PARTY:
         logger = logging.getLogger(name)
+        for old in list(logger.handlers):  # a library imported before this call printed on its own handler
+            if isinstance(old, logging.StreamHandler) and not isinstance(old, logging.FileHandler):
+                logger.removeHandler(old)
         logger.addFilter(divert)  # records made on this very logger (DeepSpeed's)
         logger.addHandler(handler)  # records from its children that propagate up
         logger.addHandler(_ERRORS)
@@ -148,11 +163,49 @@ def _route_warnings(handler: _RunLogHandler) -> None:
     warnings.showwarning = showwarning
 
 
-def attach_run_log(run_dir: str | Path, rank: int = 0) -> Path | None:
+def attach_run_log(run_dir: str | Path, rank: int = 0, *, file_name: str = LOG_FILE) -> Path | None:
     """Start writing the run log in ``run_dir`` (what came before included); None when the console is not
     quiet (``--verbose``, or the trainer used from Python)."""
     if _handler is None:
         return None
-    path = Path(run_dir) / (LOG_FILE if rank == 0 else f"console.rank{rank}.log")
+    path = Path(run_dir) / (file_name if rank == 0 else f"{Path(file_name).stem}.rank{rank}.log")
     _handler.open(path)
     return path
+
+
+def is_quiet() -> bool:
+    """Whether :func:`quiet_console` is in force (a library's own code may ask before it starts something loud)."""
+    return _handler is not None
+
+
+@contextlib.contextmanager
+def native_output(what: str) -> Iterator[None]:
+    """While quiet, what the process writes to its stdout and stderr file descriptors (native code included)
+    goes to the run log, headed by ``what``; otherwise nothing changes. The console gets it back on exit."""
+    if _handler is None:
+        yield
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = {fd: os.dup(fd) for fd in (1, 2)}
+    with tempfile.TemporaryFile(mode="w+b") as sink:
+        try:
+            for fd in saved:
+                os.dup2(sink.fileno(), fd)
+            yield
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            for fd, copy in saved.items():
+                os.dup2(copy, fd)
+                os.close(copy)
+            sink.seek(0)
+            text = sink.read().decode("utf-8", "replace").strip()
+            if text:
+                record = {
+                    "name": "native",
+                    "levelno": logging.INFO,
+                    "levelname": "INFO",
+                    "msg": f"{what}:\n{text}",
+                }
+                _handler.handle(logging.makeLogRecord(record))
