@@ -12,6 +12,7 @@ Overrides are ``section.key=value`` with TOML values (``ppo.actor_lr=2e-6``, ``r
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -94,8 +95,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _bad_input(parser: argparse.ArgumentParser, message: str) -> int:
-    """One line naming the problem, exit status 2 (argparse's for bad usage), no usage block, no traceback."""
-    print(f"{parser.prog}: {' '.join(message.split())}", file=sys.stderr)
+    """One line naming the problem, exit status 2 (argparse's for bad usage), no usage block, no traceback.
+    Every launched process checks the same config: only the first process of each machine says so."""
+    if os.environ.get("LOCAL_RANK", "0") == "0":
+        print(f"{parser.prog}: {' '.join(message.split())}", file=sys.stderr)
     return 2
 
 

@@ -36,6 +36,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from verlog.quiet import quiet_console
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 MAX_TURNS = 24
@@ -222,6 +224,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "overrides", nargs="*", metavar="section.key=value", help="config overrides for every run"
     )
     args = parser.parse_intermixed_args(argv)
+    quiet_console()  # the libraries' notices go to the run's console.log, as in agents/ppo.py
     if args.one:
         return run_one(args.one[0], int(args.one[1]), args.turns, args.config, args.runs, args.overrides)
     methods = args.methods.split(",")

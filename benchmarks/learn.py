@@ -27,6 +27,7 @@ from typing import Any
 
 from verlog.evaluation import output
 from verlog.pipes import closed_pipe_ok
+from verlog.quiet import quiet_console
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -190,6 +191,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("overrides", nargs="*", metavar="section.key=value", help="config overrides")
     args = parser.parse_intermixed_args(argv)
+    quiet_console()  # the libraries' notices go to the run's console.log, as in agents/ppo.py
 
     from rich.console import Console
 

@@ -39,6 +39,7 @@ from learn import (  # the tiny-model demonstration's helpers (same folder)
 )
 
 from verlog.pipes import closed_pipe_ok
+from verlog.quiet import quiet_console
 from verlog.tomlconfig import toml_value
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -160,6 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder for learn_real.{json,png}")
     parser.add_argument("overrides", nargs="*", metavar="section.key=value", help="config overrides")
     args = parser.parse_intermixed_args(argv)
+    quiet_console()  # the libraries' notices go to the run's console.log, as in agents/ppo.py
 
     from rich.console import Console
 

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from verlog.quiet import attach_run_log, quiet_console
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 GAMES = {
@@ -73,6 +75,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--games", default=",".join(GAMES), help="comma-separated: babyai, crafter, babaisai")
     parser.add_argument("--out", type=Path, default=RESULTS / "prompts.json")
     args = parser.parse_args(argv)
+    quiet_console()  # the libraries' notices go to runs/logs/bench-prompts.log
+    attach_run_log(Path("runs") / "logs", file_name="bench-prompts.log")
 
     import gymnasium as gym
     import torch

@@ -47,6 +47,7 @@ from verlog.pipes import closed_pipe_ok
 from verlog.ppo.config import Config, ConfigError, load_config
 from verlog.ppo.rollout import Rollout
 from verlog.ppo.storage import TurnStorage
+from verlog.quiet import attach_run_log, quiet_console
 from verlog.sampling import TransformersSampler
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -200,6 +201,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder for rollout.json and rollout.png")
     parser.add_argument("overrides", nargs="*", metavar="section.key=value", help="config overrides")
     args = parser.parse_intermixed_args(argv)
+    quiet_console()  # the libraries' notices go to runs/logs/bench-rollout.log
+    attach_run_log(Path("runs") / "logs", file_name="bench-rollout.log")
     try:
         config = load_config(args.config, args.overrides)
         config.derive()

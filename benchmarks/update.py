@@ -38,6 +38,7 @@ from rich.table import Table
 from verlog.evaluation.output import machine
 from verlog.pipes import closed_pipe_ok
 from verlog.ppo.config import Config, ConfigError, load_config
+from verlog.quiet import quiet_console
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -167,6 +168,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder for update.json")
     parser.add_argument("overrides", nargs="*", metavar="section.key=value", help="overrides of both cases")
     args = parser.parse_intermixed_args(argv)
+    quiet_console()  # the libraries' notices go to the run's console.log, as in agents/ppo.py
     console = Console() if sys.stdout.isatty() else Console(width=150)
     scratch = Path(tempfile.mkdtemp(prefix="bench-update-"))
     cases: dict[str, Any] = {}

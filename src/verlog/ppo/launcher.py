@@ -12,6 +12,7 @@ for 10 minutes, then fails with a traceback. This runs accelerate's own launch i
 
 from __future__ import annotations
 
+import logging
 import sys
 import threading
 import time
@@ -68,6 +69,7 @@ def launch(argv: list[str], *, join_timeout: float = 180.0, report_every: float 
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.elastic.rendezvous import RendezvousError
 
+    _quiet_launcher()
     args = launch_command_parser().parse_args(argv)
     if "timeout=" not in args.rdzv_conf:
         args.rdzv_conf = ",".join(filter(None, [args.rdzv_conf, f"timeout={max(1, round(join_timeout))}"]))
@@ -124,6 +126,20 @@ def launch(argv: list[str], *, join_timeout: float = 180.0, report_every: float 
         )
         return returncode or 1
     return 0
+
+
+class _DropDefaultsNotice(logging.Filter):
+    """accelerate's page of "values not passed ... defaults used": the learner's first line states the topology."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "had defaults used instead" not in record.getMessage()
+
+
+def _quiet_launcher() -> None:
+    """This command reports a failed learner itself (one line, the exit code): torch elastic's own error lines
+    for the same failure, and accelerate's defaults notice, stay off the console."""
+    logging.getLogger("accelerate.commands.launch").addFilter(_DropDefaultsNotice())
+    logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)
 
 
 def _machines(args: Any) -> int:
