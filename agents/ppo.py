@@ -59,10 +59,10 @@ def main(argv: list[str] | None = None) -> int:
         quiet_console()
     try:
         require("training", "torch", "transformers", "accelerate")
-        from verlog.ppo.faults import Diverged, stopped_run
-        from verlog.ppo.launch import LaunchError, exit_on_peer_loss
-        from verlog.ppo.manifest import CheckpointError
         from verlog.ppo.trainer import Trainer  # torch and transformers load only once the config is good
+        from verlog.runkit.faults import Diverged, stopped_run
+        from verlog.runkit.launch import LaunchError, exit_on_peer_loss
+        from verlog.runkit.manifest import CheckpointError
         from verlog.sampling import SamplerError
         from verlog.vector import SubEnvError
     except ImportError as error:

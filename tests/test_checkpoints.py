@@ -12,8 +12,8 @@ from toy_env import TOY_ID
 
 from verlog.models.tiny import build_tiny
 from verlog.ppo.config import load_config
-from verlog.ppo.manifest import MANIFEST, CheckpointError, check, good_checkpoint, write_manifest
 from verlog.ppo.trainer import Trainer
+from verlog.runkit.manifest import MANIFEST, CheckpointError, check, good_checkpoint, write_manifest
 
 
 @pytest.fixture(scope="module")
@@ -135,7 +135,7 @@ def test_a_pickle_payload_in_a_checkpoint_never_runs(run: Path, tmp_path: Path, 
 def test_a_library_asking_for_weights_only_false_gets_weights_only_while_resuming(tmp_path: Path) -> None:
     """DeepSpeed reads its own shards with torch.load(weights_only=False); inside load_checkpoint every
     torch.load is weights-only (PyTorch's TORCH_FORCE_WEIGHTS_ONLY_LOAD), so a payload there cannot run."""
-    from verlog.ppo.checkpoint import _weights_only_everywhere
+    from verlog.runkit.checkpoint import _weights_only_everywhere
 
     marker = tmp_path / "payload-ran"
     torch.save({"x": torch.ones(2), "payload": _Payload(marker)}, tmp_path / "shard.pt")

@@ -9,7 +9,7 @@ import pytest
 from accelerate import Accelerator
 from rich.console import Console
 
-from verlog.ppo.logger import CELL, COLUMNS, RunLogger, fitting_columns
+from verlog.runkit.logger import CELL, COLUMNS, RunLogger, fitting_columns
 
 ESSENTIALS = ("upd", "turns", "turn/s", "return", "success", "invalid", "pg_loss", "v_loss", "kl")
 METRICS = {

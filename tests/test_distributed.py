@@ -23,7 +23,7 @@ import torch
 pytest.importorskip("deepspeed", reason="the train extra's deepspeed is not installed")
 
 from verlog.models.tiny import build_tiny  # noqa: E402
-from verlog.ppo.checkpoint import latest_checkpoint  # noqa: E402
+from verlog.runkit.folder import latest_checkpoint  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "agents" / "accelerate"

@@ -13,8 +13,8 @@ from toy_env import TOY_ID
 
 from verlog.models.tiny import build_tiny
 from verlog.ppo.config import load_config
-from verlog.ppo.faults import Diverged
 from verlog.ppo.trainer import Trainer
+from verlog.runkit.faults import Diverged
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -28,8 +28,8 @@ import pytest
 import torch
 
 from verlog.models.tiny import build_tiny
-from verlog.ppo.checkpoint import latest_checkpoint
-from verlog.ppo.launch import LaunchError, check_launch
+from verlog.runkit.folder import latest_checkpoint
+from verlog.runkit.launch import LaunchError, check_launch
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "agents" / "accelerate"
@@ -307,8 +307,10 @@ def test_a_lost_machine_stops_the_other_with_the_resume_command(
 ) -> None:
     timeout = 10  # run.collective_timeout: how long machine 0 waits for a machine that stopped answering
     shared = tmp_path / "shared"
+    # Far more updates than run before the stop lands: with 2, the tiny run could finish its last update
+    # before machine 1 was stopped, and then nothing was lost (CI saw machine 0 wait at exit instead).
     args = [
-        "agents/ppo.py", "--config", "envs/tiny.toml", f"model.path={model_path}", "run.total_updates=2",
+        "agents/ppo.py", "--config", "envs/tiny.toml", f"model.path={model_path}", "run.total_updates=200",
         f"run.output_dir={shared}", f"run.collective_timeout={timeout}", *SMALL,
     ]  # fmt: skip
     tool = VERLOG if how == "hangs" else ACCELERATE

@@ -18,12 +18,13 @@ import verlog
 from verlog.models.loading import load_models
 from verlog.models.prompts import PromptBuilder
 from verlog.models.tiny import build_tiny
-from verlog.ppo.checkpoint import latest_checkpoint, save_checkpoint
 from verlog.ppo.config import load_config
-from verlog.ppo.distributed import merge_process_metrics
 from verlog.ppo.rollout import Rollout
 from verlog.ppo.storage import TurnStorage
 from verlog.ppo.trainer import Trainer
+from verlog.runkit.checkpoint import save_checkpoint
+from verlog.runkit.distributed import merge_process_metrics
+from verlog.runkit.folder import latest_checkpoint
 from verlog.sampling import TransformersSampler
 
 ROOT = Path(__file__).resolve().parents[1]

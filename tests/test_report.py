@@ -22,7 +22,7 @@ from verlog.report import (
     run_report,
     write_report,
 )
-from verlog.samples import SampleWriter, TurnSample
+from verlog.runkit.samples import SampleWriter, TurnSample
 
 GOTO = "verlog/BabyAI-GoTo-v0"
 CRAFTER = "verlog/Crafter-v0"

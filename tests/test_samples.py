@@ -1,4 +1,4 @@
-"""verlog.samples: the append-only turn log the trainer writes and the report reads."""
+"""verlog.runkit.samples: the append-only turn log the trainer writes and the report reads."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from verlog.samples import (
+from verlog.runkit.samples import (
     SAMPLES_FILE,
     SampleWriter,
     TurnSample,

@@ -10,9 +10,9 @@ import torch
 from toy_env import TOY_ID
 
 from verlog.models.tiny import build_tiny
-from verlog.ppo.checkpoint import latest_checkpoint
 from verlog.ppo.config import ConfigError, load_config
 from verlog.ppo.trainer import Trainer
+from verlog.runkit.folder import latest_checkpoint
 
 
 def _config(out: Path, model: Path, *overrides: str):

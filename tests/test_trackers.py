@@ -13,7 +13,7 @@ from toy_env import TOY_ID
 from verlog.models.tiny import build_tiny
 from verlog.ppo.config import load_config
 from verlog.ppo.trainer import Trainer
-from verlog.samples import read_samples
+from verlog.runkit.samples import read_samples
 
 MEMORY = {"turns": 1}
 

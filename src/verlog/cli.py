@@ -80,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         if argv[:1] == ["launch"] and not {"-h", "--help"} & set(argv[1:2]):
-            from verlog.ppo.launcher import main as launch_main  # accelerate's flags pass through unparsed
+            from verlog.runkit.launch import main as launch_main  # accelerate's flags pass through unparsed
 
             return launch_main(argv[1:])
         args = build_parser().parse_args(argv)
@@ -284,7 +284,7 @@ subcommand("models", MODELS_HELP, add_models_arguments)(run_models)
 
 
 def _launch_arguments(parser: argparse.ArgumentParser) -> None:
-    from verlog.ppo.launcher import add_launch_arguments
+    from verlog.runkit.launch import add_launch_arguments
 
     add_launch_arguments(parser)
 

@@ -8,13 +8,14 @@ learner's :class:`~verlog.models.prompts.PromptBuilder` and :class:`~verlog.samp
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
+
+from verlog.runkit.folder import CHECKPOINTS, is_checkpoint_name, is_run_dir, latest_checkpoint
 
 __all__ = [
     "BASELINES",
@@ -31,7 +32,6 @@ __all__ = [
 
 #: Names that select a built-in baseline instead of a model path.
 BASELINES = ("random", "oracle")
-_CHECKPOINT = re.compile(r"^\d{6}$")
 
 
 class EvalError(ValueError):
@@ -174,19 +174,17 @@ def resolve_model(spec: str) -> ModelSource:
         raise EvalError(f"{spec} is a file; give a model folder, a run folder or a checkpoint folder")
     if (path / "config.json").is_file():
         run_dir = None
-        if path.name == "actor" and path.parent.parent.name == "checkpoints":
+        if path.name == "actor" and path.parent.parent.name == CHECKPOINTS:
             run_dir = path.parent.parent.parent
         return ModelSource(str(path), run_dir, path.parent if run_dir else None)
-    if (path / "checkpoints").is_dir() or (path / "config.toml").is_file():
-        from verlog.ppo.checkpoint import latest_checkpoint
-
+    if is_run_dir(path):
         run_dir, checkpoint = path, latest_checkpoint(path)
         if checkpoint is None:
             raise EvalError(
                 f"run {path} has no complete checkpoint (checkpoints/NNNNNN): it saved none yet; "
                 "wait for one (run.checkpoint_every) or point at another run"
             )
-    elif _CHECKPOINT.match(path.name) and path.parent.name == "checkpoints":
+    elif is_checkpoint_name(path.name) and path.parent.name == CHECKPOINTS:
         run_dir, checkpoint = path.parent.parent, path
     else:
         raise EvalError(

@@ -47,7 +47,8 @@ from verlog.evaluation.scoring import summarize
 from verlog.evaluation.suites import episode_seed, game_of, resolve_suite
 from verlog.pipes import closed_pipe_ok
 from verlog.quiet import attach_run_log, quiet_console
-from verlog.samples import SampleWriter, TurnSample, pick_turns
+from verlog.runkit.folder import CHECKPOINTS, CONFIG_FILE
+from verlog.runkit.samples import SampleWriter, TurnSample, pick_turns
 
 __all__ = ["EVAL_HELP", "add_eval_arguments", "add_eval_command", "evaluate", "main", "run_eval"]
 
@@ -200,8 +201,8 @@ def default_out(agent: str, suite: str, seed: int, sample: bool = False) -> Path
     """``runs/eval/<agent>-<suite>-s<seed>[-sampled]``, the agent and suite as file-name-safe slugs."""
     path = Path(agent.rstrip("/"))
     name = agent if agent in BASELINES else path.name or "model"
-    if "checkpoints" in path.parts:  # runs/NAME/checkpoints/000100[/actor] -> NAME-000100
-        name = "-".join([p for p in path.parts if p not in ("checkpoints", "actor")][-2:])
+    if CHECKPOINTS in path.parts:  # runs/NAME/checkpoints/000100[/actor] -> NAME-000100
+        name = "-".join([p for p in path.parts if p not in (CHECKPOINTS, "actor")][-2:])
     slug = re.sub(r"[^A-Za-z0-9._-]+", "_", f"{name}-{suite}-s{seed}" + ("-sampled" if sample else ""))
     return Path("runs") / "eval" / slug
 
@@ -222,8 +223,8 @@ def _make_agent(
     source = None
     if spec not in BASELINES and api is None:
         source = resolve_model(spec)
-        if config is None and source.run_dir is not None and (source.run_dir / "config.toml").is_file():
-            config = source.run_dir / "config.toml"
+        if config is None and source.run_dir is not None and (source.run_dir / CONFIG_FILE).is_file():
+            config = source.run_dir / CONFIG_FILE
     try:
         learner = load_config(config, overrides)
     except (ConfigError, OSError) as error:

@@ -24,7 +24,7 @@ import numpy as np
 
 from verlog.evaluation.agents import Agent, EvalError, Turn
 from verlog.evaluation.suites import episode_seed, game_of, short_name
-from verlog.samples import family_of
+from verlog.runkit.samples import family_of
 from verlog.vector import sub_env_info
 
 __all__ = ["EnvSettings", "EpisodeLog", "play"]
@@ -139,7 +139,7 @@ class _TaskEnvs:
     ) -> list[dict[str, Any]]:
         """Step every slot (idle ones with the filler); return the records of the episodes that ended.
 
-        ``on_turn`` gets every played turn as :class:`verlog.samples.TurnSample` fields (``prompt`` is the
+        ``on_turn`` gets every played turn as :class:`verlog.runkit.samples.TurnSample` fields (``prompt`` is the
         text the agent was shown), so a caller can keep a few per task in ``samples.jsonl``."""
         actions = tuple(answers[s.key] if s.key is not None else _FILLER for s in self.slots)
         observations, rewards, terminated, truncated, infos = self.envs.step(actions)

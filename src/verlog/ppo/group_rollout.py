@@ -28,7 +28,7 @@ from verlog.ppo.algo import AlgoConfig
 from verlog.ppo.groups import group_advantages
 from verlog.ppo.rollout import Rollout
 from verlog.ppo.storage import MicroBatch, TurnStorage
-from verlog.samples import family_of
+from verlog.runkit.samples import family_of
 
 __all__ = ["GroupRollout", "GroupStorage", "group_batches"]
 

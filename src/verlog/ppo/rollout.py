@@ -21,7 +21,7 @@ from torch import nn
 from verlog.models.prompts import PromptBuilder
 from verlog.ppo.policy import Batch, actor_logprobs, collate, critic_values
 from verlog.ppo.storage import TurnStorage, pack_by_tokens
-from verlog.samples import family_of
+from verlog.runkit.samples import family_of
 from verlog.sampling import Sampler
 from verlog.vector import sub_env_info
 
@@ -58,7 +58,7 @@ class Rollout:
     def collect(self, storage: TurnStorage, samples: list[dict[str, Any]] | None = None) -> dict[str, float]:
         """Run ``storage.num_turns`` turns from the prompts in slot 0; return the rollout metrics.
 
-        When ``samples`` is a list, every turn is appended to it as a dict of :class:`verlog.samples.TurnSample`
+        When ``samples`` is a list, every turn is appended to it as a dict of :class:`verlog.runkit.samples.TurnSample`
         fields, with ``prompt_ids`` instead of the prompt text (decoding is left to the few that are kept).
         """
         clock: dict[str, float] = defaultdict(float)

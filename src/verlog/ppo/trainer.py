@@ -4,7 +4,7 @@ Before the actor moves, optional critic pre-training collects W batches once and
 iterations, recomputing values and targets with the improving critic each time (Verlog's warm-up, without
 its two faults: the actor's first update uses fresh data, and log-probs are not recomputed each iteration).
 
-The same loop runs on one process or many (``accelerate launch``, see :mod:`verlog.ppo.distributed`): each
+The same loop runs on one process or many (``accelerate launch``, see :mod:`verlog.runkit.distributed`): each
 process steps its own N envs (seeds ``seed + rank * N``, disjoint), generates for them and scores them; the
 update is data-parallel (DDP, or DeepSpeed ZeRO with one engine per model); metrics are reduced over processes
 before they are logged; one run folder is chosen by the main process; checkpoints hold every process's part.
@@ -25,37 +25,22 @@ from verlog.models.prompts import prompt_builder
 from verlog.models.sources import resolve_model_path
 from verlog.models.weights import export_pretrained, full_weights, weights_checksum
 from verlog.ppo.build import build_models
-from verlog.ppo.checkpoint import checkpoint_dir, load_checkpoint, save_checkpoint
 from verlog.ppo.config import Config
-from verlog.ppo.distributed import init_processes, merge_process_metrics, setup
-from verlog.ppo.faults import Guard
 from verlog.ppo.group_rollout import group_batches
-from verlog.ppo.logger import RunLogger
-from verlog.ppo.manifest import good_checkpoint
 from verlog.ppo.rollout import Rollout, score
-from verlog.ppo.runfiles import rewind
 from verlog.ppo.storage import TurnStorage
 from verlog.ppo.update import ppo_update
 from verlog.quiet import attach_run_log
-from verlog.samples import SampleWriter, TurnSample, pick_turns
+from verlog.runkit.checkpoint import load_checkpoint, save_checkpoint
+from verlog.runkit.distributed import init_processes, merge_process_metrics, setup
+from verlog.runkit.faults import Guard
+from verlog.runkit.folder import CONFIG_FILE, checkpoint_dir, new_run_dir, rewind
+from verlog.runkit.logger import RunLogger
+from verlog.runkit.manifest import good_checkpoint
+from verlog.runkit.samples import SampleWriter, TurnSample, pick_turns
 from verlog.sampling import Sampler, TransformersSampler, select_backend
 
-__all__ = ["Trainer", "new_run_dir"]
-
-
-def new_run_dir(output_dir: str | Path, name: str) -> Path:
-    """Create and return ``<output_dir>/<name>-NNNN`` with the next free number."""
-    root = Path(output_dir)
-    root.mkdir(parents=True, exist_ok=True)
-    taken = [p.name[len(name) + 1 :] for p in root.glob(f"{name}-*")]
-    number = max((int(s) for s in taken if s.isdigit()), default=0) + 1
-    while True:
-        path = root / f"{name}-{number:04d}"
-        try:
-            path.mkdir()
-            return path
-        except FileExistsError:
-            number += 1
+__all__ = ["Trainer"]
 
 
 class Trainer:
@@ -87,7 +72,7 @@ class Trainer:
             self.run_dir = Path(resume)
         attach_run_log(self.run_dir, state.process_index)  # the libraries' notices, out of the console
         self.dist = setup(
-            ppo,
+            max_grad_norm=ppo.max_grad_norm,
             project_dir=str(self.run_dir),
             log_with=config.run.trackers,
             mixed_precision=model.mixed_precision,
@@ -143,7 +128,7 @@ class Trainer:
         else:
             self._resume()  # last: it restores the RNG states
         if accelerator.is_main_process:
-            (self.run_dir / "config.toml").write_text(config.to_toml())
+            (self.run_dir / CONFIG_FILE).write_text(config.to_toml())
         # One tracker run per run folder (tensorboard writes under <run>/<project>/).
         accelerator.init_trackers(
             config.run.project, config=_flat(config.to_dict()), init_kwargs=self._tracker_kwargs()
@@ -178,7 +163,7 @@ class Trainer:
         return VLLMSampler.from_config(self.config, self.tokenizer, weights, device, state.process_index)
 
     def _guarded(self) -> dict[str, torch.nn.Module | None]:
-        """The models whose weights :class:`~verlog.ppo.faults.Guard` checks (no critic: critic-free algos)."""
+        """The models whose weights :class:`~verlog.runkit.faults.Guard` checks (no critic: critic-free algos)."""
         critic = None if self.critic is None else self._unwrap(self.critic)
         return {"actor": self._unwrap(self.actor), "critic": critic}
 

@@ -29,7 +29,7 @@ def validate(config: Config, resume: str | Path | None = None) -> None:
     if model.critic_path:
         _check_model_path("model.critic_path", model.critic_path)
     if resume is not None:
-        from verlog.ppo.manifest import CheckpointError, good_checkpoint
+        from verlog.runkit.manifest import CheckpointError, good_checkpoint
 
         try:
             good_checkpoint(Path(resume) / "checkpoints", hashes=False)  # sizes only: the trainer hashes

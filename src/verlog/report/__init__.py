@@ -37,16 +37,8 @@ from verlog.report.plots import (  # noqa: F401
     Chart,
     Panel,
 )
-from verlog.report.reading import (  # noqa: F401
-    CONFIG_FILE,
-    METRICS_FILE,
-    X_KEYS,
-    MetricsLog,
-    RunNotFoundError,
-    read_metrics,
-    resolve_run,
-    split_key,
-)
+from verlog.report.reading import X_KEYS, MetricsLog, read_metrics, split_key  # noqa: F401
+from verlog.runkit.folder import CONFIG_FILE, METRICS_FILE, RunNotFoundError, resolve_run  # noqa: F401
 
 __all__ = [
     "REPORT_HELP",

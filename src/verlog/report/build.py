@@ -37,16 +37,14 @@ from verlog.report.plots import (
     _style,
 )
 from verlog.report.reading import (
-    CONFIG_FILE,
-    METRICS_FILE,
     X_KEYS,
     MetricsLog,
     _number,
     read_metrics,
-    resolve_run,
     split_key,
 )
-from verlog.samples import SAMPLES_FILE, count_lines, read_samples
+from verlog.runkit.folder import CONFIG_FILE, METRICS_FILE, SAMPLES_FILE, checkpoint_dir, resolve_run
+from verlog.runkit.samples import count_lines, read_samples
 
 REPORT_FILE = "report.md"
 PLOTS_DIR = "report"
@@ -123,7 +121,7 @@ def _summary(b: _Builder, n_samples: int | None) -> None:
         age = max(time.time() - metrics_path.stat().st_mtime, 0.0)
         stamp = datetime.fromtimestamp(metrics_path.stat().st_mtime).isoformat(timespec="seconds")
         rows.append(["last write to metrics.jsonl", f"{stamp} ({_duration(age)} before this report)"])
-    ckpt = run / "checkpoints"
+    ckpt = checkpoint_dir(run)
     if ckpt.is_dir():
         entries = sorted((p.name for p in ckpt.iterdir() if not p.name.startswith(".")), key=_natural)
         rows.append(["checkpoints", f"{len(entries)}" + (f" (last: `{entries[-1]}`)" if entries else "")])
@@ -312,7 +310,9 @@ def _samples(b: _Builder, total: int | None, last: int, max_chars: int) -> None:
     path = b.run / SAMPLES_FILE
     b.md += ["## Last sampled turns", ""]
     if total is None:
-        b.note(f"No {SAMPLES_FILE} in this run (the trainer writes it with `verlog.samples.SampleWriter`).")
+        b.note(
+            f"No {SAMPLES_FILE} in this run (the trainer writes it with `verlog.runkit.samples.SampleWriter`)."
+        )
         return
     if last <= 0:
         b.note(f"{total} turns in {SAMPLES_FILE}; none shown (`--samples 0`).")

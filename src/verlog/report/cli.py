@@ -11,7 +11,7 @@ from verlog.pipes import closed_pipe_ok
 from verlog.report import plots
 from verlog.report.build import PlotsWouldBeLost, _write_report
 from verlog.report.markdown import _lines_word
-from verlog.report.reading import METRICS_FILE, RunNotFoundError
+from verlog.runkit.folder import METRICS_FILE, RunNotFoundError
 
 REPORT_HELP = "Write RUN/report.md (plots, summary, last sampled turns) from a run folder, running or not."
 

@@ -4,25 +4,18 @@ from __future__ import annotations
 
 import math
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from verlog.samples import parse_jsonl
+from verlog.runkit.samples import parse_jsonl
 
-METRICS_FILE = "metrics.jsonl"
-CONFIG_FILE = "config.toml"
 #: x-axis candidates, best first; the first one present and finite in every record is used.
 X_KEYS = ("update", "global_step")
 #: Critic pre-training logs its iterations before update 1, each under this key and ``update`` 0.
 WARMUP_KEY = "warmup/iteration"
-
-
-class RunNotFoundError(FileNotFoundError):
-    """The run folder does not exist (or is not a folder)."""
 
 
 @dataclass
@@ -131,33 +124,6 @@ def _merge_updates(records: list[dict[str, Any]]) -> tuple[list[dict[str, Any]],
         else:
             merged[key] = dict(record)
     return [merged[key] for key in sorted(merged)], sorted(relogged)
-
-
-def resolve_run(path: str | os.PathLike[str]) -> Path:
-    """The run folder: ``path`` itself, or the highest-numbered ``<path>-NNNN`` beside it."""
-    path = Path(path)
-    if path.is_dir():
-        return path
-    if path.exists():
-        raise RunNotFoundError(f"{path} is a file, not a run folder")
-    parent = path.parent if str(path.parent) else Path(".")
-    pattern = re.compile(re.escape(path.name) + r"-(\d+)$")
-    numbered = []
-    if parent.is_dir():
-        for child in parent.iterdir():
-            match = pattern.match(child.name)
-            if match and child.is_dir():
-                numbered.append((int(match.group(1)), child))
-    if numbered:
-        return max(numbered)[1]
-    hint = ""
-    if parent.is_dir():
-        runs = sorted(
-            c.name for c in parent.iterdir() if (c / METRICS_FILE).exists() or (c / CONFIG_FILE).exists()
-        )
-        if runs:
-            hint = f"; runs in {parent}: " + ", ".join(runs[-10:])
-    raise RunNotFoundError(f"run folder {path} does not exist{hint}")
 
 
 def split_key(key: str) -> tuple[str, str | None, str]:

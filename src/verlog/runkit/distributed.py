@@ -25,8 +25,6 @@ from typing import Any
 
 import torch
 
-from verlog.ppo.config import PPOConfig
-
 __all__ = ["SUMMED", "Distributed", "deepspeed_requested", "init_processes", "merge_process_metrics", "setup"]
 
 #: Metrics that are totals over processes rather than means.
@@ -98,7 +96,7 @@ def init_processes(timeout: float | None = None) -> Any:
 
     ``timeout``: seconds a collective waits for the other processes (``run.collective_timeout``) before it
     fails, so a lost machine stops the run instead of hanging it (torch's default is 30 minutes). A launch
-    that started this process alone though it asked for several stops here (:func:`~verlog.ppo.launch.check_launch`).
+    that started this process alone though it asked for several stops here (:func:`~verlog.runkit.launch.check_launch`).
 
     The first call fixes the backend for the whole process, so it runs before any ``Accelerator``:
     without DeepSpeed, gloo on CPUs (MULTI_CPU) and the GPU default otherwise; with DeepSpeed on CPUs,
@@ -107,7 +105,7 @@ def init_processes(timeout: float | None = None) -> Any:
     """
     from accelerate import PartialState
 
-    from verlog.ppo.launch import LaunchError, check_launch
+    from verlog.runkit.launch import LaunchError, check_launch
 
     check_launch()
     kwargs = {} if timeout is None else {"timeout": datetime.timedelta(seconds=timeout)}
@@ -200,8 +198,8 @@ class Distributed:
 
 
 def setup(
-    ppo: PPOConfig,
     *,
+    max_grad_norm: float,
     project_dir: str,
     log_with: Sequence[str] | None = None,
     reference_engine: bool = True,
@@ -209,8 +207,9 @@ def setup(
 ) -> Distributed:
     """Build this process's accelerators from the launch environment.
 
-    ``reference_engine``: whether a separate frozen reference model will be loaded (under ZeRO-3 it gets
-    its own optimiser-less engine).
+    ``max_grad_norm``: the learner's gradient clipping, which DeepSpeed applies itself. ``reference_engine``:
+    whether a separate frozen reference model will be loaded (under ZeRO-3 it gets its own optimiser-less
+    engine).
     """
     from accelerate import Accelerator
     from accelerate.utils import DistributedDataParallelKwargs, InitProcessGroupKwargs
@@ -234,7 +233,7 @@ def setup(
         return Distributed(accelerator, accelerator, None, False, 0, precision_reason)
 
     handlers = [InitProcessGroupKwargs(backend="gloo")] if _cpu_run() else []
-    plugins = {"actor": _plugin(ppo), "critic": _plugin(ppo)}
+    plugins = {"actor": _plugin(max_grad_norm), "critic": _plugin(max_grad_norm)}
     stage = int(plugins["actor"].zero_stage)
     if reference_engine and stage == 3:
         plugins["reference"] = _plugin(None)
@@ -245,10 +244,10 @@ def setup(
     return Distributed(actor, critic, reference, True, stage, precision_reason)
 
 
-def _plugin(ppo: PPOConfig | None) -> Any:
+def _plugin(max_grad_norm: float | None) -> Any:
     """A DeepSpeed plugin from the launch config (stage, offload, config file) with the learner's settings.
 
-    The learner owns clipping (``ppo.max_grad_norm``) and accumulation (it marks the last micro-batch of
+    The learner owns clipping (``max_grad_norm``; None for the frozen reference) and accumulation (it marks the last micro-batch of
     each minibatch itself, so DeepSpeed's own count stays 1); there is no dataloader, so the per-device
     micro-batch size DeepSpeed insists on is set to 1.
     """
@@ -260,8 +259,8 @@ def _plugin(ppo: PPOConfig | None) -> Any:
     if config.get("train_micro_batch_size_per_gpu", "auto") == "auto":
         config["train_micro_batch_size_per_gpu"] = 1
     config.pop("train_batch_size", None)  # accelerate derives it from the two above and the world size
-    if ppo is not None:
-        config["gradient_clipping"] = ppo.max_grad_norm
+    if max_grad_norm is not None:
+        config["gradient_clipping"] = max_grad_norm
     return plugin
 
 

@@ -9,6 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from verlog.runkit.folder import METRICS_FILE, latest_checkpoint
+
 __all__ = ["COLUMNS", "RunLogger"]
 
 #: The console table: (metric, header, format, priority). Every name is the one used in metrics.jsonl and
@@ -59,11 +61,11 @@ class RunLogger:
         self.accelerator = accelerator
         self.main = accelerator.is_main_process
         self.run_dir = Path(run_dir)
-        self.path = self.run_dir / "metrics.jsonl"
+        self.path = (
+            self.run_dir / METRICS_FILE
+        )  # a resumed run's is rewound to its checkpoint first (folder.rewind)
         self.progress = None
         self.rows = 0
-        if self.main and self.path.exists():  # a resumed run: what came after its checkpoint is logged again
-            _keep_until(self.path, start)
         self.started = time.monotonic()
         self.last: dict[str, float] = {}
         self.console: Any = None
@@ -117,7 +119,7 @@ class RunLogger:
         """Sampled turns as a table in every tracker that has tables (wandb, ...), as text in tensorboard."""
         if not self.main or not self.accelerator.trackers or not samples:
             return
-        from verlog.samples import samples_table
+        from verlog.runkit.samples import samples_table
 
         columns, rows = samples_table(samples, max_chars=4000)
         for tracker in self.accelerator.trackers:
@@ -137,8 +139,6 @@ class RunLogger:
             return
         from rich.markup import escape
         from rich.panel import Panel
-
-        from verlog.ppo.checkpoint import latest_checkpoint
 
         self.close_progress()
         wall = time.monotonic() - self.started
@@ -196,14 +196,6 @@ class RunLogger:
         table.add_row(*cells)
         self.rows += 1
         return table
-
-
-def _keep_until(path: Path, update: int) -> None:
-    """Drop the records of updates after ``update`` (logged before a crash, but not in the checkpoint)."""
-    lines = path.read_text().splitlines(keepends=True)
-    kept = [line for line in lines if line.strip() and json.loads(line).get("update", 0) <= update]
-    if len(kept) != len(lines):
-        path.write_text("".join(kept))
 
 
 def _or_dash(value: float | None, fmt: str) -> str:

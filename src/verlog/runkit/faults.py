@@ -101,8 +101,8 @@ def _own_elements(param: torch.Tensor) -> torch.Tensor:
 
 def stopped_run(trainer: Any, resume: str | None) -> str:
     """What a stopped run leaves and the command that continues it (one sentence, for the closing line)."""
-    from verlog.ppo.checkpoint import latest_checkpoint
-    from verlog.ppo.launch import resume_command
+    from verlog.runkit.folder import latest_checkpoint
+    from verlog.runkit.launch import resume_command
 
     folder = trainer.run_dir if trainer is not None else resume
     checkpoint = latest_checkpoint(folder) if folder else None

@@ -23,8 +23,9 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
+from verlog.runkit.folder import SAMPLES_FILE
+
 __all__ = [
-    "SAMPLES_FILE",
     "SampleWriter",
     "SamplesRead",
     "TurnSample",
@@ -37,7 +38,6 @@ __all__ = [
 ]
 
 #: File name of the sampled turns inside a run folder.
-SAMPLES_FILE = "samples.jsonl"
 SOURCES = ("train", "eval")
 #: ``info`` keys that name the variant a Mixed env drew for the episode, in order of preference.
 VARIANT_KEYS = ("task", "level")

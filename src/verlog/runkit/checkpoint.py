@@ -2,7 +2,7 @@
 
 A checkpoint is the folder ``checkpoints/NNNNNN`` (the update count). It is written as ``.tmp-NNNNNN`` and
 renamed in one ``os.replace``, so a crash mid-write leaves a stray temporary folder and the previous
-checkpoint intact; :func:`latest_checkpoint` only ever sees complete ones. Inside::
+checkpoint intact; :func:`verlog.runkit.folder.latest_checkpoint` only ever sees complete ones. Inside::
 
     state/            accelerate.save_state: actor, critic, both optimisers, RNG states of every process
                       (under DeepSpeed: the actor's engine, i.e. every process's ZeRO shards of it)
@@ -10,7 +10,7 @@ checkpoint intact; :func:`latest_checkpoint` only ever sees complete ones. Insid
     trainer-<rank>.json counters, storage slot 0, running episode statistics, the samples RNG (one per process)
     envs-<rank>.json.gz each sub-env's episode as data: its seed and the actions since (verlog.replay), replayed
                       on resume, memories included
-    manifest.json     every other file's size and sha256, written last (verlog.ppo.manifest): --resume uses the
+    manifest.json     every other file's size and sha256, written last (verlog.runkit.manifest): --resume uses the
                       newest checkpoint that matches it, and moves newer ones that do not aside (bad-NNNNNN)
     actor/            the actor and tokenizer in Hugging Face format (when run.export_actor), for evaluation:
                       consolidated from ZeRO-3 shards, LoRA adapters merged
@@ -28,7 +28,6 @@ import contextlib
 import gzip
 import json
 import os
-import re
 import shutil
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -37,24 +36,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from verlog.ppo.manifest import CheckpointError, write_manifest
+from verlog.runkit.folder import checkpoint_dir, checkpoint_name, is_checkpoint_name
+from verlog.runkit.manifest import CheckpointError, write_manifest
 
-__all__ = ["latest_checkpoint", "load_checkpoint", "save_checkpoint"]
-
-_NAME = re.compile(r"^\d{6}$")
-
-
-def checkpoint_dir(run_dir: str | Path) -> Path:
-    return Path(run_dir) / "checkpoints"
-
-
-def latest_checkpoint(run_dir: str | Path) -> Path | None:
-    """The newest complete checkpoint of a run, or None."""
-    root = checkpoint_dir(run_dir)
-    if not root.is_dir():
-        return None
-    done = sorted(p for p in root.iterdir() if p.is_dir() and _NAME.match(p.name))
-    return done[-1] if done else None
+__all__ = ["load_checkpoint", "save_checkpoint"]
 
 
 def save_checkpoint(
@@ -79,8 +64,8 @@ def save_checkpoint(
     (gathering ZeRO-3 weights is collective) and writes on the main one.
     """
     root = checkpoint_dir(run_dir)
-    final = root / f"{update:06d}"
-    tmp = root / f".tmp-{update:06d}"
+    final = root / checkpoint_name(update)
+    tmp = root / f".tmp-{checkpoint_name(update)}"
     if accelerator.is_main_process:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
@@ -105,7 +90,7 @@ def save_checkpoint(
             shutil.rmtree(final)
         os.replace(tmp, final)
         _fsync_dir(root)
-        complete = sorted(p for p in root.iterdir() if p.is_dir() and _NAME.match(p.name))
+        complete = sorted(p for p in root.iterdir() if p.is_dir() and is_checkpoint_name(p.name))
         for old in complete[:-keep]:
             shutil.rmtree(old, ignore_errors=True)
         for stray in root.glob(".tmp-*"):
@@ -119,7 +104,7 @@ def load_checkpoint(
 ) -> tuple[dict[str, Any], list[dict[str, Any]] | None]:
     """Restore models, optimisers and RNGs in place; return this process's trainer state and env states.
 
-    Check ``path`` against its manifest first (:func:`verlog.ppo.manifest.good_checkpoint`): this trusts it.
+    Check ``path`` against its manifest first (:func:`verlog.runkit.manifest.good_checkpoint`): this trusts it.
     A file that still fails to load is a :class:`CheckpointError` naming it.
     """
     path = Path(path)

@@ -1,7 +1,7 @@
 """Checkpoint manifests: every file's size and sha256, written last, checked before anything is loaded.
 
 A checkpoint is only renamed into place once its ``manifest.json`` is written (see
-:mod:`verlog.ppo.checkpoint`), so a folder without one, or whose files differ from it, was cut short or
+:mod:`verlog.runkit.checkpoint`), so a folder without one, or whose files differ from it, was cut short or
 changed afterwards (a full disk, a bad copy between machines, a hand edit). :func:`good_checkpoint` picks the
 newest checkpoint that matches its manifest, names what failed in the ones it passes over, and moves those
 aside (``bad-NNNNNN``), so neither a resume nor an evaluation uses them and nothing is deleted.
@@ -12,13 +12,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 from pathlib import Path
+
+from verlog.runkit.folder import is_checkpoint_name
 
 __all__ = ["MANIFEST", "CheckpointError", "check", "good_checkpoint", "write_manifest"]
 
 MANIFEST = "manifest.json"
-_NAME = re.compile(r"^\d{6}$")
 
 
 class CheckpointError(RuntimeError):
@@ -86,7 +86,7 @@ def good_checkpoint(root: Path, *, hashes: bool = True, set_aside: bool = False)
     per newer one passed over. ``set_aside`` renames those to ``bad-NNNNNN``. Raises :class:`CheckpointError`
     when none is good (or there is none)."""
     done = (
-        sorted((p for p in root.iterdir() if p.is_dir() and _NAME.match(p.name)), reverse=True)
+        sorted((p for p in root.iterdir() if p.is_dir() and is_checkpoint_name(p.name)), reverse=True)
         if root.is_dir()
         else []
     )
