@@ -19,7 +19,7 @@ from pathlib import Path
 from verlog.extras import as_missing, require
 from verlog.pipes import closed_pipe_ok
 from verlog.ppo.config import ConfigError, describe, load_config
-from verlog.ppo.validate import validate
+from verlog.ppo.validate import ConfigProblems, validate
 
 
 @closed_pipe_ok
@@ -48,8 +48,9 @@ def main(argv: list[str] | None = None) -> int:
             return _bad_input(parser, f"--resume {args.resume}: no config.toml there (is it a run folder?)")
     try:
         config = load_config(path, args.overrides)
-        config.derive()
         validate(config, args.resume)  # every value, before any model loads or a run folder is made
+    except ConfigProblems as error:  # every problem of the config, one line each
+        return _bad_input(parser, f"config: {error}", keep_lines=True)
     except (ConfigError, OSError) as error:
         return _bad_input(parser, f"config: {error}")
 
@@ -94,11 +95,13 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _bad_input(parser: argparse.ArgumentParser, message: str) -> int:
+def _bad_input(parser: argparse.ArgumentParser, message: str, *, keep_lines: bool = False) -> int:
     """One line naming the problem, exit status 2 (argparse's for bad usage), no usage block, no traceback.
-    Every launched process checks the same config: only the first process of each machine says so."""
+    ``keep_lines``: the message is several problems of a config, one per line. Every launched process checks
+    the same config: only the first process of each machine says so."""
     if os.environ.get("LOCAL_RANK", "0") == "0":
-        print(f"{parser.prog}: {' '.join(message.split())}", file=sys.stderr)
+        lines = message.splitlines() if keep_lines else [" ".join(message.split())]
+        print(f"{parser.prog}: " + "\n".join(lines), file=sys.stderr)
     return 2
 
 

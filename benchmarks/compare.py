@@ -36,6 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from verlog.ppo.validate import validate
 from verlog.quiet import quiet_console
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -73,7 +74,7 @@ def run_one(method: str, seed: int, turns: int, config: Path, out: Path, overrid
             *overrides,
         ],
     )
-    config_.derive()
+    validate(config_)
     from verlog.ppo.trainer import Trainer
 
     started = time.perf_counter()

@@ -158,7 +158,6 @@ def load_preset(parser: argparse.ArgumentParser, path: Path, overrides: Sequence
 
     try:
         config = load_config(path, overrides)
-        config.derive()
         validate(config)
     except (ConfigError, OSError) as error:
         parser.error(f"config: {error}")

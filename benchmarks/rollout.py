@@ -47,6 +47,7 @@ from verlog.pipes import closed_pipe_ok
 from verlog.ppo.config import Config, ConfigError, load_config
 from verlog.ppo.rollout import Rollout
 from verlog.ppo.storage import TurnStorage
+from verlog.ppo.validate import validate
 from verlog.quiet import attach_run_log, quiet_console
 from verlog.sampling import TransformersSampler
 
@@ -205,7 +206,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     attach_run_log(Path("runs") / "logs", file_name="bench-rollout.log")
     try:
         config = load_config(args.config, args.overrides)
-        config.derive()
+        validate(config)
         sizes = [int(n) for n in args.num_envs.split(",")]
         backends = args.backends.split(",")
         if not set(backends) <= {"transformers", "vllm"}:

@@ -344,10 +344,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from rich.table import Table
 
     from verlog.ppo.config import ConfigError, load_config
+    from verlog.ppo.validate import validate
 
     for setting in grid:  # every setting must load and derive before anything starts
         try:
-            load_config(args.config, [*fixed, *setting.overrides, "model.path=x"]).derive()
+            validate(load_config(args.config, [*fixed, *setting.overrides, "model.build_tiny=true"]))
         except (ConfigError, OSError) as error:
             parser.error(f"setting {setting.slug}: {error}")
     keys = [key for key, _ in grid[0].values]

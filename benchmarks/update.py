@@ -38,6 +38,7 @@ from rich.table import Table
 from verlog.evaluation.output import machine
 from verlog.pipes import closed_pipe_ok
 from verlog.ppo.config import Config, ConfigError, load_config
+from verlog.ppo.validate import validate
 from verlog.quiet import quiet_console
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -177,7 +178,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             tiny = load_config(
                 args.config, [*_base_overrides(scratch), f"run.torch_threads={args.threads}", *args.overrides]
             )
-            tiny.derive()
+            validate(tiny)
         except (ConfigError, OSError) as error:
             parser.error(f"config: {error}")
         os.environ.setdefault("ACCELERATE_USE_CPU", "true")  # the --config case is a CPU figure

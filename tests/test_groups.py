@@ -17,15 +17,15 @@ import torch
 from toy_env import TOY_ID
 
 import verlog
-from verlog.memory import RAW_KEY
+from verlog.memory import MEMORIES, RAW_KEY, wrap_memory
 from verlog.models.loading import load_models
 from verlog.models.prompts import PromptBuilder
 from verlog.models.tiny import build_tiny
-from verlog.ppo.algo import AlgoConfig, check_anchor_observation
-from verlog.ppo.config import ConfigError, load_config
+from verlog.ppo.config import AlgoConfig, ConfigError, load_config
 from verlog.ppo.group_rollout import GroupRollout, GroupStorage
 from verlog.ppo.groups import EPS, GroupAdvantages, discounted_returns, episode_advantages, group_advantages
 from verlog.ppo.trainer import Trainer
+from verlog.ppo.validate import anchor_problem, validate
 from verlog.sampling import TransformersSampler
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -151,9 +151,9 @@ def test_gigpo_refuses_a_memory_that_hides_the_observation() -> None:
             _, reward, term, trunc, info = self.env.step(action)
             return "remember nothing", reward, term, trunc, {k: v for k, v in info.items() if k != RAW_KEY}
 
-    with pytest.raises(ConfigError, match="does not report it in info"):
-        check_anchor_observation(GOTO, Hidden, {}, {})
-    check_anchor_observation(GOTO, "history", {"turns": 2}, {})  # every built-in memory reports it
+    assert "does not report it in info" in anchor_problem(Hidden(gym.make(GOTO)), Hidden)
+    for memory in MEMORIES:  # every built-in memory reports it
+        assert anchor_problem(wrap_memory(gym.make(GOTO), memory), memory) is None
 
 
 # ------------------------------------------------------------------ group collection with a real model
@@ -272,12 +272,12 @@ def test_a_grpo_run_has_no_critic_anywhere(tmp_path: Path, model_path: Path) -> 
             ['algo.advantage="gigpo"', "ppo.critic_warmup_batches=1", "ppo.critic_warmup_iters=1"],
             "has no critic",
         ),
-        (['algo.advantage="grpo"', 'env.vectorization_mode="async"'], "vectorization_mode = sync"),
+        (['algo.advantage="grpo"', 'env.vectorization_mode="async"'], 'fix: env.vectorization_mode="sync"'),
     ],
 )
 def test_bad_settings_stop_with_one_line(overrides: list[str], message: str) -> None:
     with pytest.raises(ConfigError) as error:
-        load_config(None, ["model.build_tiny=true", f"env.id={GOTO}", "env.num_envs=8", *overrides]).derive()
+        validate(load_config(None, ["model.build_tiny=true", f"env.id={GOTO}", "env.num_envs=8", *overrides]))
     assert message in str(error.value) and "\n" not in str(error.value)
 
 
@@ -301,8 +301,7 @@ def test_a_bad_group_size_stops_the_script_before_any_model_loads(tmp_path: Path
     )
     assert done.returncode == 2
     assert (
-        done.stderr.strip()
-        .splitlines()[-1]
-        .endswith("config: env.num_envs = 6 does not divide into groups of algo.group_size = 4")
+        "config: env.num_envs = 6 does not divide into groups of algo.group_size = 4 (fix: algo.group_size=3"
+        in done.stderr.strip().splitlines()[-1]
     )
     assert "Traceback" not in done.stderr and not model.exists()

@@ -16,6 +16,7 @@ from verlog.models.weights import export_pretrained
 from verlog.ppo.config import ConfigError, load_config
 from verlog.ppo.policy import actor_logprobs, collate, critic_values
 from verlog.ppo.trainer import Trainer
+from verlog.ppo.validate import validate
 
 pytest.importorskip("peft", reason="the train extra's peft is not installed")
 
@@ -76,9 +77,9 @@ def test_lora_trains_adapters_only_and_the_reference_is_the_base(model_path: Pat
 
 def test_lora_settings_are_checked() -> None:
     with pytest.raises(ConfigError, match="model.critic_lora needs model.lora_r > 0"):
-        load_config(None, ["model.path=m", "model.critic_lora=true"]).derive()
+        validate(load_config(None, ["model.path=m", "model.critic_lora=true"]))
     with pytest.raises(ConfigError, match="model.lora_r must be >= 0"):
-        load_config(None, ["model.path=m", "model.lora_r=-1"]).derive()
+        validate(load_config(None, ["model.path=m", "model.lora_r=-1"]))
 
 
 def test_the_export_merges_the_adapters_into_a_plain_model(tmp_path: Path, model_path: Path) -> None:

@@ -14,6 +14,7 @@ from verlog.models.loading import decoder_layers, load_actor, load_critic
 from verlog.models.tiny import build_tiny
 from verlog.ppo.config import ConfigError, load_config
 from verlog.ppo.trainer import Trainer
+from verlog.ppo.validate import validate
 
 
 @pytest.fixture(scope="module")
@@ -96,4 +97,4 @@ def test_an_update_moves_only_the_trainable_layers(model_path: Path, tmp_path: P
 )
 def test_bad_layer_counts_are_refused_at_parse_time(overrides: list[str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        load_config(None, ["model.path=somewhere", *overrides]).derive()
+        validate(load_config(None, ["model.path=somewhere", *overrides]))

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from verlog.ppo.config import Config, ConfigError, describe, load_config
+from verlog.ppo.validate import validate
 
 ROOT = Path(__file__).resolve().parents[1]
 PRESETS = sorted((ROOT / "envs").glob("*.toml"))
@@ -76,12 +77,12 @@ def test_derived_sizes_are_checked() -> None:
         None, ["model.path=m", "env.num_envs=3", "ppo.turns_per_update=3", "ppo.num_minibatches=2"]
     )
     with pytest.raises(ConfigError, match="9 turns does not divide into ppo.num_minibatches = 2"):
-        config.derive()
+        validate(config)
     with pytest.raises(ConfigError, match="model.path is required"):
-        Config().derive()
+        validate(Config())
     half = load_config(None, ["model.path=m", "ppo.critic_warmup_batches=4"])
     with pytest.raises(ConfigError, match="critic_warmup_iters"):
-        half.derive()
+        validate(half)
 
 
 def test_every_field_is_documented() -> None:

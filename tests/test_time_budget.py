@@ -12,6 +12,7 @@ from toy_env import TOY_ID
 from verlog.models.tiny import build_tiny
 from verlog.ppo.config import ConfigError, load_config
 from verlog.ppo.trainer import Trainer
+from verlog.ppo.validate import validate
 from verlog.runkit.folder import latest_checkpoint
 
 
@@ -52,4 +53,4 @@ def test_a_time_budget_stops_early_with_a_checkpoint(tmp_path: Path) -> None:
 @pytest.mark.parametrize("value", ["-1", "nan", "inf"])
 def test_a_bad_time_budget_is_refused(value: str, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="run.max_minutes"):
-        _config(tmp_path, tmp_path, f"run.max_minutes={value}").derive()
+        validate(_config(tmp_path, tmp_path, f"run.max_minutes={value}"))

@@ -60,7 +60,13 @@ def test_the_script_stops_with_one_line_before_loading_anything(tmp_path: Path, 
     out = tmp_path / "runs"
     for args in (
         ["--config", "envs/babyai.toml", f"run.output_dir={out}", "model.path=/no/such/model"],
-        ["--config", "envs/babyai.toml", f"run.output_dir={out}", "ppo.actor_lr=-1"],
+        [
+            "--config",
+            "envs/babyai.toml",
+            f"run.output_dir={out}",
+            f"model.path={model_dir}",
+            "ppo.actor_lr=-1",
+        ],
         ["--resume", str(tmp_path / "missing")],
     ):
         done = subprocess.run(
@@ -85,3 +91,30 @@ def test_the_script_stops_with_one_line_before_loading_anything(tmp_path: Path, 
         f"{run} has no complete checkpoint to resume from"
     )
     assert sorted(p.name for p in run.iterdir()) == ["config.toml"]
+
+
+def test_every_problem_of_a_config_is_reported_at_once_each_with_its_fix() -> None:
+    """Switching the tiny preset to a critic-free estimator with a bad group size: both problems in one go."""
+    config = load_config(ROOT / "envs" / "tiny.toml", ['algo.advantage="grpo"', "algo.group_size=8"])
+    with pytest.raises(ConfigError) as raised:
+        validate(config)
+    lines = str(raised.value).splitlines()
+    assert lines[0] == "2 problems:"
+    assert (
+        "env.num_envs = 4 does not divide into groups of algo.group_size = 8 (fix: algo.group_size=4"
+        in lines[1]
+    )
+    assert "has no critic (fix: ppo.critic_warmup_batches=0 ppo.critic_warmup_iters=0)" in lines[2]
+
+
+def test_the_script_prints_every_problem_on_its_own_line_and_exits_2(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "agents/ppo.py", "--config", "envs/tiny.toml", f"run.output_dir={tmp_path}",
+         "ppo.actor_lr=-1", "ppo.turn_gamma=2.0", "env.id=verlog/Nope-v0"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert lines[0] == "ppo.py: config: 3 problems:", done.stderr
+    assert [line.split()[1] for line in lines[1:]] == ["ppo.actor_lr", "ppo.turn_gamma", "env.id:"]
+    assert not any(tmp_path.iterdir())

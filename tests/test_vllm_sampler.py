@@ -15,6 +15,7 @@ from verlog.models.tiny import build_tiny
 from verlog.models.weights import full_weights
 from verlog.ppo.config import ConfigError, load_config
 from verlog.ppo.policy import actor_logprobs, collate
+from verlog.ppo.validate import validate
 from verlog.sampling import SamplerError, TransformersSampler, select_backend, vllm_unavailable
 from verlog.sampling.base import AUTO_CPU_MIN_BYTES
 
@@ -55,7 +56,7 @@ def test_auto_picks_by_device_and_model_size_and_says_why(tmp_path) -> None:
 )
 def test_sampler_settings_are_checked(override: str, message: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(message)):
-        load_config(None, ["model.path=m", override]).derive()
+        validate(load_config(None, ["model.path=m", override]))
 
 
 _UNAVAILABLE = vllm_unavailable("cuda") if torch.cuda.is_available() else "no CUDA GPU"

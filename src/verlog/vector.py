@@ -36,7 +36,15 @@ from verlog.memory import MEMORIES, wrap_memory
 from verlog.replay import EpisodeRecorder
 from verlog.workers import WatchedPipe, stop_workers, watched_worker
 
-__all__ = ["EnvFactory", "SubEnvError", "TextAsyncVectorEnv", "TextSyncVectorEnv", "make_vec", "sub_env_info"]
+__all__ = [
+    "EnvFactory",
+    "SubEnvError",
+    "TextAsyncVectorEnv",
+    "TextSyncVectorEnv",
+    "check_env_kwargs",
+    "make_vec",
+    "sub_env_info",
+]
 
 #: Keyword arguments :func:`gymnasium.make` itself takes (they are not the env's own).
 _MAKE_KWARGS = frozenset({"max_episode_steps", "disable_env_checker"})
@@ -267,7 +275,7 @@ def make_vec(
         raise ValueError(
             f"step_timeout_s needs vectorization_mode='async' and a positive value, got {step_timeout_s}"
         )
-    _check_env_kwargs(env_id, env_kwargs)
+    check_env_kwargs(env_id, env_kwargs)
     factory = EnvFactory(env_id, dict(env_kwargs), memory, dict(memory_kwargs or {}))
     env_fns = [dataclasses.replace(factory, index=i) for i in range(num_envs)]
     if vectorization_mode == "sync":
@@ -279,7 +287,7 @@ def make_vec(
     return envs
 
 
-def _check_env_kwargs(env_id: str, env_kwargs: Mapping[str, Any]) -> None:
+def check_env_kwargs(env_id: str, env_kwargs: Mapping[str, Any]) -> None:
     """Fail before any process starts: an unknown id or a keyword the env does not take."""
     if ":" in env_id:  # gymnasium's "module:Env-v0": importing the module registers the id
         module, env_id = env_id.split(":", 1)

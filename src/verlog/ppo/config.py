@@ -1,23 +1,24 @@
 """The learner's configuration: dataclasses loaded from TOML and overridden by ``section.key=value`` arguments.
 
-Each field carries a one-line docstring; :func:`describe` prints them, and every error names the bad key and
-lists the valid ones. Sizes that follow from several fields are computed once, in :meth:`Config.derive`.
+Each field carries a one-line docstring; :func:`describe` prints them, and a key or value that does not parse
+names the bad key and lists the valid ones. Whether the values can work together is checked in one place,
+:mod:`verlog.ppo.validate`; sizes that follow from several fields are computed once, in :meth:`Config.derive`.
+The ``algo`` section picks the advantage estimator (:mod:`verlog.ppo.advantages`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from verlog import tomlconfig
-from verlog.ppo.algo import AlgoConfig, check_algo
 from verlog.tomlconfig import ConfigError
 
 __all__ = [
+    "ESTIMATORS",
     "AlgoConfig",
     "Config",
     "ConfigError",
@@ -217,6 +218,30 @@ class PPOConfig:
     """Stop the run after this many updates in a row whose every optimiser step was skipped (0 = never)."""
 
 
+ESTIMATORS = ("gae", "grpo", "gigpo")
+
+
+@dataclass
+class AlgoConfig:
+    advantage: Literal["gae", "grpo", "gigpo"] = "gae"
+    """Advantage estimator: "gae" (PPO with a critic), "grpo" (group-normalised episode return, no critic) or "gigpo" (GRPO plus a step term from repeated observations, no critic)."""
+    group_size: int = 8
+    """grpo/gigpo: envs per group (G); they reset with the same seed each update; must divide env.num_envs."""
+    max_episode_turns: int = 32
+    """grpo/gigpo: turn cap of an episode; an episode still running there ends truncated (counted)."""
+    norm: Literal["mean", "mean_std"] = "mean_std"
+    """grpo/gigpo: subtract the group mean ("mean"), or also divide by the group's std + 1e-6 ("mean_std")."""
+    step_weight: float = 1.0
+    """gigpo: weight w of the step term, A = A_episode + w * A_step (verl-agent's step_advantage_w, 1.0)."""
+    step_gamma: float = 0.95
+    """gigpo: discount of the return from a turn, compared within a step group (verl-agent's gamma, 0.95)."""
+
+    @property
+    def critic(self) -> bool:
+        """Whether this estimator needs a critic."""
+        return self.advantage == "gae"
+
+
 @dataclass
 class Derived:
     """Sizes that follow from the configuration, computed once by :meth:`Config.derive`."""
@@ -247,96 +272,16 @@ class Config:
     """The advantage estimator: PPO's critic, or a critic-free group baseline (GRPO, GiGPO)."""
 
     def derive(self, world_size: int = 1) -> Derived:
-        """Check the sizes against each other and return the derived ones."""
-        run, env, ppo, prompt = self.run, self.env, self.ppo, self.prompt
-        positive = {
-            "env.num_envs": env.num_envs,
-            "ppo.turns_per_update": ppo.turns_per_update,
-            "ppo.num_minibatches": ppo.num_minibatches,
-            "ppo.epochs": ppo.epochs,
-            "ppo.micro_batch_tokens": ppo.micro_batch_tokens,
-            "prompt.max_prompt_tokens": prompt.max_prompt_tokens,
-            "prompt.max_response_tokens": prompt.max_response_tokens,
-            "run.keep_checkpoints": run.keep_checkpoints,
-            "run.collective_timeout": run.collective_timeout,
-            "sampling.temperature": self.sampling.temperature,
-        }
-        for key, value in positive.items():
-            if value <= 0:
-                raise ConfigError(f"{key} must be > 0, got {value}")
-        for key in ("turn_gamma", "turn_lam", "token_gamma", "token_lam"):
-            if not 0.0 <= getattr(ppo, key) <= 1.0:
-                raise ConfigError(f"ppo.{key} must be in [0, 1], got {getattr(ppo, key)}")
-        if not 0.0 < self.sampling.top_p <= 1.0:
-            raise ConfigError(f"sampling.top_p must be in (0, 1], got {self.sampling.top_p}")
-        if ppo.dual_clip and ppo.dual_clip <= 1.0:
-            raise ConfigError(f"ppo.dual_clip must be > 1 (or 0 for off), got {ppo.dual_clip}")
-        if not (math.isfinite(run.max_minutes) and run.max_minutes >= 0):
-            raise ConfigError(f"run.max_minutes must be >= 0 (0 = no limit), got {run.max_minutes}")
-        if min(run.total_updates, run.checkpoint_every, ppo.kl_coef, ppo.critic_warmup_batches) < 0:
-            raise ConfigError(
-                "run.total_updates, run.checkpoint_every, ppo.kl_coef and ppo.critic_warmup_* must be >= 0"
-            )
-        if min(run.samples_every, run.samples_per_family) < 0:
-            raise ConfigError("run.samples_every and run.samples_per_family must be >= 0")
-        from verlog.models.sources import BUILDS
-
-        if self.prompt.examples not in (0, 1):
-            raise ConfigError(f"prompt.examples must be 0 or 1, got {self.prompt.examples}")
-        if self.model.build and self.model.build not in BUILDS:
-            raise ConfigError(f"model.build must be one of {['', *BUILDS]}, got {self.model.build!r}")
-        if not self.model.path and self.model.build in ("", "tiny") and not self.model.build_tiny:
-            raise ConfigError(
-                "model.path is required (a local folder, a .gguf file or a Hugging Face id), "
-                f"or model.build = one of {list(BUILDS)}"
-            )
-        if self.model.lora_r < 0 or (self.model.lora_r and self.model.lora_alpha <= 0):
-            raise ConfigError("model.lora_r must be >= 0 and model.lora_alpha > 0")
-        if self.model.critic_lora and not self.model.lora_r:
-            raise ConfigError("model.critic_lora needs model.lora_r > 0")
-        for key in ("trainable_layers", "critic_layers"):
-            if getattr(self.model, key) < 0:
-                raise ConfigError(
-                    f"model.{key} must be >= 0 (0 = all layers), got {getattr(self.model, key)}"
-                )
-        if self.model.trainable_layers and self.model.lora_r:
-            raise ConfigError(
-                "model.trainable_layers and model.lora_r are alternatives: set one of them to 0"
-            )
-        if not 0.0 < self.sampling.vllm_gpu_memory_utilization < 1.0:
-            raise ConfigError(
-                f"sampling.vllm_gpu_memory_utilization must be in (0, 1), got {self.sampling.vllm_gpu_memory_utilization}"
-            )
-        if self.sampling.vllm_cpu_kvcache_gib <= 0:
-            raise ConfigError(
-                f"sampling.vllm_cpu_kvcache_gib must be > 0, got {self.sampling.vllm_cpu_kvcache_gib}"
-            )
-        if self.sampling.vllm_sleep_level not in (0, 1, 2):
-            raise ConfigError(
-                f"sampling.vllm_sleep_level must be 0, 1 or 2, got {self.sampling.vllm_sleep_level}"
-            )
+        """The sizes that follow from the config (checked first by :func:`verlog.ppo.validate.validate`)."""
+        ppo, env = self.ppo, self.env
         batch = ppo.turns_per_update * env.num_envs
-        if batch % ppo.num_minibatches:
-            raise ConfigError(
-                f"the batch of ppo.turns_per_update * env.num_envs = {ppo.turns_per_update} * {env.num_envs} "
-                f"= {batch} turns does not divide into ppo.num_minibatches = {ppo.num_minibatches}"
-            )
-        if (ppo.critic_warmup_batches > 0) != (ppo.critic_warmup_iters > 0):
-            raise ConfigError(
-                "critic pre-training needs both ppo.critic_warmup_batches and ppo.critic_warmup_iters > 0 "
-                f"(got {ppo.critic_warmup_batches} and {ppo.critic_warmup_iters}); set both to 0 to turn it off"
-            )
-        check_algo(self)
-        sample = min(ppo.critic_warmup_sample, ppo.critic_warmup_batches)
-        if ppo.critic_warmup_batches and ppo.critic_warmup_sample <= 0:
-            raise ConfigError(f"ppo.critic_warmup_sample must be > 0, got {ppo.critic_warmup_sample}")
         return Derived(
             world_size=world_size,
             batch_turns=batch,
             minibatch_turns=batch // ppo.num_minibatches,
             global_batch_turns=batch * world_size,
             warmup_turns=ppo.critic_warmup_batches * ppo.turns_per_update,
-            warmup_sample_turns=sample * batch,
+            warmup_sample_turns=min(ppo.critic_warmup_sample, ppo.critic_warmup_batches) * batch,
         )
 
     def to_dict(self) -> dict[str, dict[str, Any]]:

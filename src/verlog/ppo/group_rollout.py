@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from verlog.memory import RAW_KEY
-from verlog.ppo.algo import AlgoConfig
+from verlog.ppo.config import AlgoConfig
 from verlog.ppo.groups import group_advantages
 from verlog.ppo.rollout import Rollout
 from verlog.ppo.storage import MicroBatch, TurnStorage
