@@ -21,9 +21,16 @@ from verlog.memory import MEMORIES, RAW_KEY, wrap_memory
 from verlog.models.loading import load_models
 from verlog.models.prompts import PromptBuilder
 from verlog.models.tiny import build_tiny
+from verlog.ppo.advantages import (
+    EPS,
+    GroupAdvantages,
+    discounted_returns,
+    episode_advantages,
+    group_advantages,
+)
 from verlog.ppo.config import AlgoConfig, ConfigError, load_config
-from verlog.ppo.group_rollout import GroupRollout, GroupStorage
-from verlog.ppo.groups import EPS, GroupAdvantages, discounted_returns, episode_advantages, group_advantages
+from verlog.ppo.rollout import GroupRollout
+from verlog.ppo.storage import GroupStorage
 from verlog.ppo.trainer import Trainer
 from verlog.ppo.validate import anchor_problem, validate
 from verlog.sampling import TransformersSampler

@@ -14,7 +14,7 @@ from verlog.models.loading import AdapterDisabled, LoraSpec, load_models
 from verlog.models.tiny import build_tiny
 from verlog.models.weights import export_pretrained
 from verlog.ppo.config import ConfigError, load_config
-from verlog.ppo.policy import actor_logprobs, collate, critic_values
+from verlog.ppo.forward import actor_logprobs, collate, critic_values
 from verlog.ppo.trainer import Trainer
 from verlog.ppo.validate import validate
 

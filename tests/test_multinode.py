@@ -294,6 +294,9 @@ def _wait_for(path: Path, machines: list[Machine], timeout: float = TIMEOUT) -> 
         time.sleep(0.5)
 
 
+UPDATES = 40  # of the lost-machine run: several seconds of updates after its first checkpoint
+
+
 @pytest.mark.parametrize(
     ("how", "engine"),
     [
@@ -307,10 +310,10 @@ def test_a_lost_machine_stops_the_other_with_the_resume_command(
 ) -> None:
     timeout = 10  # run.collective_timeout: how long machine 0 waits for a machine that stopped answering
     shared = tmp_path / "shared"
-    # Far more updates than run before the stop lands: with 2, the tiny run could finish its last update
-    # before machine 1 was stopped, and then nothing was lost (CI saw machine 0 wait at exit instead).
+    # More updates than run before the stop lands: with 2, the tiny run could finish its last update before
+    # machine 1 was stopped, and then nothing was lost (CI saw machine 0 wait at exit instead).
     args = [
-        "agents/ppo.py", "--config", "envs/tiny.toml", f"model.path={model_path}", "run.total_updates=200",
+        "agents/ppo.py", "--config", "envs/tiny.toml", f"model.path={model_path}", f"run.total_updates={UPDATES}",
         f"run.output_dir={shared}", f"run.collective_timeout={timeout}", *SMALL,
     ]  # fmt: skip
     tool = VERLOG if how == "hangs" else ACCELERATE
@@ -346,8 +349,8 @@ def test_a_lost_machine_stops_the_other_with_the_resume_command(
         launch[at] = str(rank)
         machines.append(spawn(tmp_path / "logs-resume", rank, launch, command[-3:], tool))
     finish(machines)
-    assert latest_checkpoint(run).name == "000002"
-    assert [r["update"] for r in records(run)] == [1.0, 2.0]  # each update logged once
+    assert latest_checkpoint(run).name == f"{UPDATES:06d}"
+    assert [r["update"] for r in records(run)] == [float(u) for u in range(1, UPDATES + 1)]  # each logged once
 
 
 def test_a_machine_that_never_joins_is_a_bounded_reported_wait(tmp_path: Path) -> None:

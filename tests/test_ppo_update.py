@@ -13,7 +13,7 @@ from toy_env import TOY_ID
 from verlog.models.loading import load_models
 from verlog.models.tiny import build_tiny
 from verlog.ppo.config import PPOConfig
-from verlog.ppo.policy import actor_logprobs
+from verlog.ppo.forward import actor_logprobs
 from verlog.ppo.rollout import score
 from verlog.ppo.storage import TurnStorage
 from verlog.ppo.update import policy_loss, ppo_update, value_loss

@@ -288,7 +288,7 @@ def test_resumed_run_and_split_update_lines_are_merged(tmp_path: Path) -> None:
 def test_without_matplotlib_the_tables_remain(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import verlog.report
 
-    monkeypatch.setattr(verlog.report.plots, "_have_matplotlib", lambda: False)
+    monkeypatch.setattr(verlog.report.plots, "have_matplotlib", lambda: False)
     run = make_run(tmp_path, 2, garbage=False)
     md = write_report(run).read_text()
     assert "matplotlib is not installed: plots omitted" in md
@@ -323,7 +323,7 @@ def test_without_matplotlib_a_report_with_plots_is_kept(
     plots = sorted(p.name for p in (run / "report").glob("*.png"))
     assert plots
     capsys.readouterr()
-    monkeypatch.setattr(verlog.report.plots, "_have_matplotlib", lambda: False)
+    monkeypatch.setattr(verlog.report.plots, "have_matplotlib", lambda: False)
     assert main([str(run)]) == 1
     assert "matplotlib is not installed" in capsys.readouterr().err
     assert (run / "report.md").read_text() == before
@@ -337,10 +337,10 @@ def test_a_single_point_is_a_marker_between_two_ticks() -> None:
     import numpy as np
     from matplotlib.figure import Figure
 
-    from verlog.report.plots import _draw_lines
+    from verlog.report.plots import draw_lines
 
     ax = Figure().subplots()
-    _draw_lines(ax, np.array([1.0]), [("all", np.array([0.5]))], "update", "success")
+    draw_lines(ax, np.array([1.0]), [("all", np.array([0.5]))], "update", "success")
     (line,) = ax.get_lines()
     assert line.get_marker() == "o"
     assert ax.get_xlim() == (0.0, 2.0)

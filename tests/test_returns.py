@@ -12,7 +12,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from verlog.ppo.returns import _discounted_reverse_cumsum, dual_discount_gae, dual_discount_gae_loop
+from verlog.ppo.advantages import discounted_reverse_cumsum, dual_discount_gae, dual_discount_gae_loop
 
 IMPLEMENTATIONS = [dual_discount_gae, dual_discount_gae_loop]
 
@@ -207,14 +207,14 @@ def test_float64_matches_loop_tightly(token_gamma: float, token_lam: float) -> N
 
 @pytest.mark.parametrize("c", [0.0, 0.3, 0.95, 1.0])
 @pytest.mark.parametrize("R", [1, 5, 16, 33, 64, 129])
-def test_discounted_reverse_cumsum(R: int, c: float) -> None:
+def testdiscounted_reverse_cumsum(R: int, c: float) -> None:
     x = torch.randn(2, 3, R, dtype=torch.float64)
     expected = torch.zeros_like(x)
     running = torch.zeros(2, 3, dtype=torch.float64)
     for k in reversed(range(R)):
         running = x[..., k] + c * running
         expected[..., k] = running
-    torch.testing.assert_close(_discounted_reverse_cumsum(x, c), expected, atol=1e-12, rtol=0)
+    torch.testing.assert_close(discounted_reverse_cumsum(x, c), expected, atol=1e-12, rtol=0)
 
 
 # --------------------------------------------------------------------------------------------- properties

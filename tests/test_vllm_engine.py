@@ -16,7 +16,7 @@ import torch
 from verlog.models.loading import load_tokenizer
 from verlog.models.tiny import build_tiny
 from verlog.models.weights import full_weights
-from verlog.ppo.policy import actor_logprobs, collate
+from verlog.ppo.forward import actor_logprobs, collate
 from verlog.sampling import TransformersSampler, vllm_unavailable
 
 ROOT = Path(__file__).resolve().parents[1]

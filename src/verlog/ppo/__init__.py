@@ -1,8 +1,19 @@
-"""The learner: turn-level multi-turn PPO for LLM agents (floor 3; imports torch, unlike ``verlog`` itself).
+"""The learner: turn-level multi-turn PPO for LLM agents, the algorithm and nothing else (floor 4; imports torch,
+unlike ``verlog`` itself).
 
-One job per module: ``config`` (the learner's settings), ``policy`` (the packed forward path that scores
-turns), ``storage`` (TurnStorage), ``returns`` (dual-discount GAE), ``rollout`` (env stepping and scoring),
-``update`` (the PPO losses and step), ``checkpoint``, ``distributed``, ``logger`` and ``trainer`` (the loop).
-Models and prompts come from :mod:`verlog.models`, samplers from the sampling floor beside it.
+One job per module, read in this order:
+
+- ``config``: the learner's settings (run, env, model, prompt, sampling, ppo, algo), from TOML and overrides;
+- ``validate``: every check of a config, all problems reported at once, before anything loads;
+- ``rollout``: fill a storage with turns: fixed-length turn batches (``Rollout``) or whole-episode groups
+  (``GroupRollout``), and score them with the models;
+- ``storage``: ``TurnStorage`` (``[T+1, N]`` in the pytorch-a2c-ppo-acktr-gail layout) and ``GroupStorage``;
+- ``advantages``: every ``algo.advantage`` estimator (dual-discount GAE, GRPO, GiGPO);
+- ``forward``: the packed forward path that scores turns; ``update``: the PPO losses and step;
+- ``build``: the actor, critic and reference, with their optimisers and engines;
+- ``trainer``: the loop that assembles them (collect, returns, update, log, checkpoint).
+
+A run's files and processes (run folder, checkpoints, logger, launch, fault stops) are :mod:`verlog.runkit`, a
+floor below; models and prompts come from :mod:`verlog.models`, samplers from :mod:`verlog.sampling`.
 ``agents/ppo.py`` is the entry point.
 """

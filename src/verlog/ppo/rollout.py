@@ -2,9 +2,16 @@
 
 :class:`Rollout` owns the vector env, the prompt builder and the running episode statistics (which a
 checkpoint saves, so a resumed run counts an episode's return from its true start). :func:`score` runs the
-one forward path of :mod:`verlog.ppo.policy` over the stored turns: old log-probs (recomputed by the actor,
+one forward path of :mod:`verlog.ppo.forward` over the stored turns: old log-probs (recomputed by the actor,
 so the PPO ratio starts at 1), reference log-probs, per-token values, the bootstrap values of slot T and the
 values of truncated episodes' final observations.
+
+:class:`GroupRollout`, for the critic-free estimators (``algo.advantage = "grpo" | "gigpo"``), resets the N envs
+in groups of G, each group with one seed (``seed + batch * stride + k`` for group k, so groups and batches
+differ and a run replays exactly), and plays every episode to its end or to ``algo.max_episode_turns`` (then it
+counts as truncated). Finished envs wait: each turn generates only for the episodes still running. Rewards, and
+the env's own observation before every turn (``info["raw_observation"]``, GiGPO's anchor), go to
+:func:`verlog.ppo.advantages.group_advantages`.
 """
 
 from __future__ import annotations
@@ -18,14 +25,17 @@ import numpy as np
 import torch
 from torch import nn
 
+from verlog.memory import RAW_KEY
 from verlog.models.prompts import PromptBuilder
-from verlog.ppo.policy import Batch, actor_logprobs, collate, critic_values
-from verlog.ppo.storage import TurnStorage, pack_by_tokens
+from verlog.ppo.advantages import group_advantages
+from verlog.ppo.config import AlgoConfig
+from verlog.ppo.forward import Batch, actor_logprobs, collate, critic_values
+from verlog.ppo.storage import GroupStorage, TurnStorage, pack_by_tokens
 from verlog.runkit.samples import family_of
 from verlog.sampling import Sampler
 from verlog.vector import sub_env_info
 
-__all__ = ["Rollout", "score", "state_values"]
+__all__ = ["GroupRollout", "Rollout", "score", "state_values"]
 
 
 class Rollout:
@@ -256,3 +266,169 @@ def _padding(common_count: Callable[[int], int] | None, count: int) -> int:
 def _idle_batch(pad_id: int, device: Any) -> Batch:
     """A one-token prompt with a one-token response: a forward pass that only keeps collectives in step."""
     return collate([[pad_id]], [[pad_id]], pad_id).to(device)
+
+
+class GroupRollout(Rollout):
+    """Plays ``groups x G`` whole episodes per batch into a :class:`GroupStorage` (sync vector envs only)."""
+
+    def __init__(
+        self,
+        envs: Any,
+        sampler: Any,
+        prompts: Any,
+        *,
+        algo: AlgoConfig,
+        seed: int,
+        stride: int,
+        any_running: Callable[[bool], bool] | None = None,
+        **kw: Any,
+    ):
+        super().__init__(envs, sampler, prompts, **kw)
+        #: Whether any process still has an episode running, when generation is collective (ZeRO-3 with
+        #: several processes): a process whose episodes ended generates for an idle prompt until all have.
+        self.any_running = any_running
+        self.algo = algo
+        self.seed, self.stride = seed, stride
+        self.batches = 0  # batches collected so far: with the seed, the resets of the next one
+
+    def group_seeds(self) -> list[int]:
+        """The reset seed of each env in the next batch: one per group."""
+        base = self.seed + self.batches * self.stride
+        return [base + n // self.algo.group_size for n in range(self.num_envs)]
+
+    def collect(self, storage: TurnStorage, samples: list[dict[str, Any]] | None = None) -> dict[str, float]:
+        """Play one batch of whole episodes; fill the storage and its turn advantages; return the metrics."""
+        assert isinstance(storage, GroupStorage)
+        clock: dict[str, float] = defaultdict(float)
+        episodes: dict[str, list[float]] = defaultdict(list)
+        cuts_before = self.prompts.cuts
+        invalid = tokens = truncated = 0
+        reward_total = 0.0
+        storage.clear()
+        gigpo = self.algo.advantage == "gigpo"
+        subenvs = list(self.envs.envs)
+        N, K = self.num_envs, storage.num_turns
+        start = time.perf_counter()
+        resets = [env.reset(seed=s) for env, s in zip(subenvs, self.group_seeds(), strict=True)]
+        clock["time/env"] += time.perf_counter() - start
+        anchors: list[list[str]] = [[_anchor(info, n, gigpo)] for n, (_, info) in enumerate(resets)]
+        rewards: list[list[float]] = [[] for _ in range(N)]
+        storage.prompts[0] = self.prompts.from_infos([o for o, _ in resets], [i for _, i in resets])
+        self.episode_return[:] = 0.0
+        self.episode_length[:] = 0
+        active = list(range(N))
+        for t in range(K):
+            if not (active if self.any_running is None else self.any_running(bool(active))):
+                break
+            start = time.perf_counter()
+            out = self.sampler.generate([storage.prompts[t][n] for n in active] or storage.prompts[0][:1])
+            clock["time/generate"] += time.perf_counter() - start
+            if not active:
+                continue  # an idle pass that only kept the collective generation in step
+            tokens += sum(len(ids) for ids in out.token_ids)
+            going: list[int] = []
+            observations: list[str] = []
+            infos: list[dict[str, Any]] = []
+            for j, n in enumerate(active):
+                start = time.perf_counter()
+                obs, reward, term, trunc, info = subenvs[n].step(out.texts[j])
+                clock["time/env"] += time.perf_counter() - start
+                invalid += not bool(info["action_valid"])
+                family = family_of(self.env_id, info)
+                reward_total += float(reward)
+                if samples is not None:
+                    samples.append(
+                        dict(
+                            env_id=self.env_id,
+                            family=family,
+                            env_index=n,
+                            episode=int(self.episode_index[n]),
+                            turn=t,
+                            prompt_ids=storage.prompts[t][n],
+                            response=out.texts[j],
+                            action=str(info["executed_action"]),
+                            action_valid=bool(info["action_valid"]),
+                            reward=float(reward),
+                            progression=float(info["progression"]),
+                        )
+                    )
+                stored = 1.0 if self.binary_reward and reward > 0 else float(reward)
+                storage.put(t, n, out.token_ids[j], out.logprobs[j], stored)
+                rewards[n].append(stored)
+                self.episode_return[n] += float(reward)
+                self.episode_length[n] += 1
+                if term or trunc or t == K - 1:
+                    truncated += not term
+                    self._episode_end(n, info, family, episodes)
+                else:
+                    going.append(n)
+                    observations.append(obs)
+                    infos.append(info)
+                    anchors[n].append(_anchor(info, n, gigpo))
+            start = time.perf_counter()
+            for n, ids in zip(going, self.prompts.from_infos(observations, infos), strict=True):
+                storage.prompts[t + 1][n] = ids
+            clock["time/prompt"] += time.perf_counter() - start
+            active = going
+        self.batches += 1
+        result = group_advantages(
+            rewards,
+            self.algo.group_size,
+            std=self.algo.norm == "mean_std",
+            anchors=anchors if gigpo else None,
+            step_weight=self.algo.step_weight,
+            step_gamma=self.algo.step_gamma,
+        )
+        for n, values in enumerate(result.turns):
+            storage.turn_advantages[: len(values), n] = torch.as_tensor(values, dtype=torch.float32)
+        turns = storage.num_played
+        metrics = dict(clock)
+        metrics.update({key: float(np.mean(values)) for key, values in episodes.items() if values})
+        self.episode_counts = {key: len(values) for key, values in episodes.items() if values}
+        metrics.update(
+            {
+                "charts/episodes": float(N),
+                "charts/turns": float(turns),
+                "charts/response_tokens": tokens / turns,
+                "charts/generated_tokens": float(tokens),
+                "env/reward": reward_total / turns,
+                "env/invalid_action_rate": invalid / turns,
+                "env/prompt_cuts": float(self.prompts.cuts - cuts_before),
+                "groups/no_signal_episodes": float(result.no_signal_episodes),
+                "groups/truncated_episodes": float(truncated),
+            }
+        )
+        if gigpo:
+            sizes = np.asarray(result.step_groups)
+            metrics["groups/step_group_size"] = float(sizes.mean())
+            metrics["groups/anchored_turn_fraction"] = float(sizes[sizes > 1].sum() / turns)
+        return metrics
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "batches": self.batches}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.batches = int(state["batches"])
+
+
+def _anchor(info: dict[str, Any], n: int, needed: bool) -> str:
+    """The env's own current observation (GiGPO's anchor state; "" when the estimator does not use it)."""
+    if not needed:
+        return ""
+    if RAW_KEY not in info:
+        raise ValueError(
+            f"env {n}: the memory wrapper does not report info[{RAW_KEY!r}], the env's observation"
+        )
+    return str(info[RAW_KEY])
+
+
+def _anchor(info: dict[str, Any], n: int, needed: bool) -> str:
+    """The env's own current observation (GiGPO's anchor state; "" when the estimator does not use it)."""
+    if not needed:
+        return ""
+    if RAW_KEY not in info:
+        raise ValueError(
+            f"env {n}: the memory wrapper does not report info[{RAW_KEY!r}], the env's observation"
+        )
+    return str(info[RAW_KEY])

@@ -10,6 +10,12 @@ Slot ``t`` of the ``[T+1, N]`` arrays is the state *before* turn ``t``; slot ``T
 which :meth:`TurnStorage.after_update` moves to slot 0, so episodes run on across updates.
 ``masks[t+1] = 0`` iff the episode ended at turn ``t``; ``bad_masks[t+1] = 0`` iff it ended by a time
 limit (truncated, not terminated), in which case ``truncated_values[t] = V(final_obs)`` bootstraps it.
+
+:class:`GroupStorage` (the critic-free estimators' whole episodes) is a :class:`TurnStorage` with the turn cap as
+T and a mask of the turns that happened: scoring and the PPO update see only those, cut into
+``ppo.num_minibatches`` minibatches. Its ``compute_returns`` puts each turn's group advantage on every token of
+the response, plus the per-token KL penalty's return within the response when ``ppo.kl_coef > 0`` (the reward
+PPO's GAE would see).
 """
 
 from __future__ import annotations
@@ -17,13 +23,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import Tensor
 
-from verlog.ppo.policy import Batch, collate
-from verlog.ppo.returns import dual_discount_gae
+from verlog.ppo.advantages import discounted_reverse_cumsum, dual_discount_gae
+from verlog.ppo.forward import Batch, collate
 
-__all__ = ["MicroBatch", "TurnStorage", "pack_by_tokens", "whiten"]
+__all__ = ["GroupStorage", "MicroBatch", "TurnStorage", "pack_by_tokens", "whiten"]
 
 
 @dataclass
@@ -260,4 +267,86 @@ class TurnStorage:
         self.values[0] = state["values"]  # type: ignore[assignment]
         self.masks[0] = state["masks"]  # type: ignore[assignment]
         self.bad_masks[0] = state["bad_masks"]  # type: ignore[assignment]
+        self.step = 0
+
+
+class GroupStorage(TurnStorage):
+    """T = the turn cap, N = envs; ``active[t, n]`` marks the turns that were played."""
+
+    def __init__(
+        self, max_turns: int, num_envs: int, max_response_tokens: int, pad_id: int, num_minibatches: int
+    ) -> None:
+        super().__init__(max_turns, num_envs, max_response_tokens, pad_id)
+        self.num_minibatches = num_minibatches
+        self.active = torch.zeros(max_turns, num_envs, dtype=torch.bool)
+        self.turn_advantages = torch.zeros(max_turns, num_envs)
+
+    def clear(self) -> None:
+        self.active.zero_()
+        self.turn_advantages.zero_()
+        self.response_mask.zero_()
+        self.rewards.zero_()
+        self.response_lens.zero_()
+        self.final_prompts.clear()
+
+    def put(self, t: int, n: int, ids: Sequence[int], logprobs: Sequence[float], reward: float) -> None:
+        """Store env n's response of turn t (its prompt is already in ``prompts[t][n]``)."""
+        length = len(ids)
+        if not 1 <= length <= self.max_response_tokens:
+            raise ValueError(f"env {n}: a response has {length} tokens, need 1..{self.max_response_tokens}")
+        self.responses[t, n] = self.pad_id
+        self.responses[t, n, :length] = torch.as_tensor(ids, dtype=torch.long)
+        self.response_mask[t, n] = 0.0
+        self.response_mask[t, n, :length] = 1.0
+        self.sampler_logprobs[t, n] = 0.0
+        self.sampler_logprobs[t, n, :length] = torch.as_tensor(logprobs, dtype=torch.float32)
+        self.response_lens[t, n] = length
+        self.rewards[t, n] = reward
+        self.active[t, n] = True
+
+    @property
+    def num_played(self) -> int:
+        """Turns played in this batch."""
+        return int(self.active.sum())
+
+    def rows(self) -> list[tuple[int, int]]:
+        return [(int(t), int(n)) for t, n in self.active.nonzero().tolist()]
+
+    def minibatches(
+        self,
+        minibatch_size: int,
+        max_tokens: int,
+        generator: torch.Generator | None = None,
+        limit: int | None = None,
+    ) -> Iterator[list[MicroBatch]]:
+        """The played turns shuffled and cut into ``num_minibatches`` near-equal minibatches (the batch size
+        varies with the episodes' lengths; ``minibatch_size`` and ``limit`` do not apply)."""
+        rows = self.rows()
+        order = torch.randperm(len(rows), generator=generator).tolist()
+        for part in np.array_split(np.asarray(order, dtype=np.int64), self.num_minibatches):
+            yield list(self.micro_batches([rows[i] for i in part.tolist()], max_tokens))
+
+    def compute_returns(
+        self,
+        *,
+        turn_gamma: float = 1.0,
+        turn_lam: float = 1.0,
+        token_gamma: float = 1.0,
+        token_lam: float = 1.0,
+        kl_coef: float = 0.0,
+        all_reduce: Callable[[Tensor], Tensor] | None = None,
+    ) -> None:
+        """Advantages: the turn's group advantage on each response token (+ the KL penalty's return to the
+        response's end, discounted by ``token_gamma``). No critic, so no returns to fit (left at 0)."""
+        advantages = self.turn_advantages[:, :, None] * self.response_mask
+        if kl_coef > 0:
+            penalty = -kl_coef * (self.old_logprobs - self.ref_logprobs) * self.response_mask
+            advantages = advantages + discounted_reverse_cumsum(penalty, token_gamma) * self.response_mask
+        self.advantages = advantages.float()
+        self.returns.zero_()
+
+    def state_dict(self) -> dict[str, object]:
+        return {}  # every batch starts from fresh resets
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
         self.step = 0

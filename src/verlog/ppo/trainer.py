@@ -21,14 +21,13 @@ from typing import Any
 import torch
 
 from verlog.models.loading import LoraSpec, load_tokenizer
-from verlog.models.prompts import prompt_builder
+from verlog.models.prompts import PromptBuilder, prompt_builder
 from verlog.models.sources import resolve_model_path
 from verlog.models.weights import export_pretrained, full_weights, weights_checksum
 from verlog.ppo.build import build_models
 from verlog.ppo.config import Config
-from verlog.ppo.group_rollout import group_batches
-from verlog.ppo.rollout import Rollout, score
-from verlog.ppo.storage import TurnStorage
+from verlog.ppo.rollout import GroupRollout, Rollout, score
+from verlog.ppo.storage import GroupStorage, TurnStorage
 from verlog.ppo.update import ppo_update
 from verlog.quiet import attach_run_log
 from verlog.runkit.checkpoint import load_checkpoint, save_checkpoint
@@ -116,8 +115,8 @@ class Trainer:
         self.storage = TurnStorage(
             ppo.turns_per_update, env.num_envs, config.prompt.max_response_tokens, self.tokenizer.pad_token_id
         )
-        if not config.algo.critic:  # whole episodes in groups instead (verlog.ppo.group_rollout)
-            self.rollout, self.storage = group_batches(self, prompts, rank)
+        if not config.algo.critic:  # whole episodes in groups instead (GroupRollout, GroupStorage)
+            self.rollout, self.storage = self._group_batches(prompts, rank)
         self.update = 0
         self.global_step = 0
         self.warmed_up = ppo.critic_warmup_iters == 0
@@ -152,6 +151,34 @@ class Trainer:
         self.actor, self.critic, self.reference = m.actor, m.critic, m.reference
         self.reference_engine = m.reference_engine
         self.actor_optimizer, self.critic_optimizer = m.actor_optimizer, m.critic_optimizer
+
+    def _group_batches(self, prompts: PromptBuilder, rank: int) -> tuple[GroupRollout, GroupStorage]:
+        """The rollout and storage of a critic-free estimator; process ``rank`` plays its own groups."""
+        config = self.config
+        algo, env = config.algo, config.env
+        groups = env.num_envs // algo.group_size
+        lockstep = self.dist.lockstep  # collective generation: every process generates until all are done
+        rollout = GroupRollout(
+            self.envs,
+            self.sampler,
+            prompts,
+            algo=algo,
+            seed=config.run.seed + rank * groups,
+            stride=groups * self.derived.world_size,
+            any_running=(lambda running: self._all_reduce(torch.tensor([float(running)])).item() > 0)
+            if lockstep
+            else None,
+            binary_reward=env.binary_reward,
+            env_id=env.id,
+        )
+        storage = GroupStorage(
+            algo.max_episode_turns,
+            env.num_envs,
+            config.prompt.max_response_tokens,
+            self.tokenizer.pad_token_id,
+            config.ppo.num_minibatches,
+        )
+        return rollout, storage
 
     def _vllm_sampler(self) -> Sampler:
         from verlog.sampling.vllm import VLLMSampler, own_cores

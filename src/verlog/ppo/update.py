@@ -30,7 +30,7 @@ import torch
 from torch import Tensor, nn
 
 from verlog.ppo.config import PPOConfig
-from verlog.ppo.policy import actor_logprobs, critic_values
+from verlog.ppo.forward import actor_logprobs, critic_values
 from verlog.ppo.storage import MicroBatch, TurnStorage
 
 __all__ = ["explained_variance", "policy_loss", "ppo_update", "value_loss"]

@@ -15,13 +15,13 @@ import numpy as np
 
 from verlog.report import plots as plotting
 from verlog.report.markdown import (
-    _clip,
-    _duration,
-    _fence,
-    _fmt,
-    _lines_word,
-    _skipped_note,
-    _table,
+    clip,
+    duration,
+    fence,
+    fmt,
+    lines_word,
+    md_table,
+    skipped_note,
 )
 from verlog.report.plots import (
     CHARTS,
@@ -29,17 +29,17 @@ from verlog.report.plots import (
     MAX_LEGEND,
     MAX_PANELS,
     SECTIONS,
-    _draw_lines,
-    _figure,
-    _panel_keys,
-    _save,
-    _short,
-    _style,
+    draw_lines,
+    figure,
+    panel_keys,
+    save_figure,
+    short,
+    style,
 )
 from verlog.report.reading import (
     X_KEYS,
     MetricsLog,
-    _number,
+    number,
     read_metrics,
     split_key,
 )
@@ -84,7 +84,7 @@ class _Builder:
     def image(self, fig: Any, file: str, alt: str) -> None:
         self.plot_dir.mkdir(exist_ok=True)
         path = self.plot_dir / file
-        _save(fig, path)
+        save_figure(fig, path)
         self.written.append(path)
         self.md += [f"![{alt}]({PLOTS_DIR}/{file})", ""]
 
@@ -102,25 +102,25 @@ def _summary(b: _Builder, n_samples: int | None) -> None:
             [
                 "updates",
                 f"{m.updates}"
-                + (f" (last: update {_fmt(last_upd[-1])})" if last_upd.size else "")
+                + (f" (last: update {fmt(last_upd[-1])})" if last_upd.size else "")
                 + (f", after {m.warmup_rows} critic warm-up iterations" if m.warmup_rows else ""),
             ]
         )
         steps = m.column("global_step")
         steps = steps[np.isfinite(steps)]
-        rows.append(["global steps", _fmt(steps[-1]) if steps.size else "— (no `global_step`)"])
+        rows.append(["global steps", fmt(steps[-1]) if steps.size else "— (no `global_step`)"])
         wall = _wall_time(m)
         if wall is not None:
-            rows.append(["wall time", f"{_duration(wall[0])} (from `{wall[1]}`)"])
+            rows.append(["wall time", f"{duration(wall[0])} (from `{wall[1]}`)"])
         phases = _phase_keys(m)
         if phases:
             total = float(np.nansum([np.nansum(m.column(k)) for k in phases]))
-            rows.append(["timed phases", f"{_duration(total)} (sum of `time/*` phases over all updates)"])
+            rows.append(["timed phases", f"{duration(total)} (sum of `time/*` phases over all updates)"])
     metrics_path = run / METRICS_FILE
     if metrics_path.exists():
         age = max(time.time() - metrics_path.stat().st_mtime, 0.0)
         stamp = datetime.fromtimestamp(metrics_path.stat().st_mtime).isoformat(timespec="seconds")
-        rows.append(["last write to metrics.jsonl", f"{stamp} ({_duration(age)} before this report)"])
+        rows.append(["last write to metrics.jsonl", f"{stamp} ({duration(age)} before this report)"])
     ckpt = checkpoint_dir(run)
     if ckpt.is_dir():
         entries = sorted((p.name for p in ckpt.iterdir() if not p.name.startswith(".")), key=_natural)
@@ -128,7 +128,7 @@ def _summary(b: _Builder, n_samples: int | None) -> None:
     else:
         rows.append(["checkpoints", "none"])
     rows.append(["sampled turns", "no samples.jsonl" if n_samples is None else str(n_samples)])
-    b.md += ["## Summary", "", *_table(["", ""], rows), ""]
+    b.md += ["## Summary", "", *md_table(["", ""], rows), ""]
 
     if not m.records:
         return
@@ -137,10 +137,10 @@ def _summary(b: _Builder, n_samples: int | None) -> None:
     table = []
     for chart in CHARTS:
         for panel in chart.panels:
-            table.extend(_summary_row(m, key, upd) for _, key in _panel_keys(panel, keys))
+            table.extend(_summary_row(m, key, upd) for _, key in panel_keys(panel, keys))
     if table:
         header = ["metric", "last", f"mean of last {RECENT}", "best", "best at"]
-        b.md += ["### Main charts", "", *_table(header, table), ""]
+        b.md += ["### Main charts", "", *md_table(header, table), ""]
 
 
 def _summary_row(m: MetricsLog, key: str, upd: np.ndarray) -> list[str]:
@@ -149,13 +149,13 @@ def _summary_row(m: MetricsLog, key: str, upd: np.ndarray) -> list[str]:
     direction = DIRECTION.get(split_key(key)[2])
     if ok.size == 0:
         return [f"`{key}`", "—", "—", "—", ""]
-    last = _fmt(y[ok[-1]])
-    recent = _fmt(float(y[ok[-RECENT:]].mean()))
+    last = fmt(y[ok[-1]])
+    recent = fmt(float(y[ok[-RECENT:]].mean()))
     if direction is None:
         return [f"`{key}`", last, recent, "—", ""]
     best_i = ok[np.argmax(y[ok])] if direction == "max" else ok[np.argmin(y[ok])]
-    at = f"update {_fmt(upd[best_i])}" if math.isfinite(upd[best_i]) else f"record {best_i + 1}"
-    return [f"`{key}`", last, recent, f"{_fmt(y[best_i])} ({direction})", at]
+    at = f"update {fmt(upd[best_i])}" if math.isfinite(upd[best_i]) else f"record {best_i + 1}"
+    return [f"`{key}`", last, recent, f"{fmt(y[best_i])} ({direction})", at]
 
 
 def _natural(name: str) -> list[Any]:
@@ -196,7 +196,7 @@ def _charts(b: _Builder) -> set[str]:
         b.md += [f"## {section}", ""]
         for chart in (c for c in CHARTS if c.section == section):
             b.md += [f"### {chart.title}", ""]
-            panels = [(p, _panel_keys(p, keys)) for p in chart.panels]
+            panels = [(p, panel_keys(p, keys)) for p in chart.panels]
             present = [(p, lines) for p, lines in panels if lines]
             missing = [p.key for p, lines in panels if not lines]
             for _, lines in present:
@@ -207,10 +207,10 @@ def _charts(b: _Builder) -> set[str]:
                 )
                 continue
             if b.plots:
-                fig, axes = _figure(len(present))
+                fig, axes = figure(len(present))
                 for ax, (panel, lines) in zip(axes, present, strict=True):
                     series = [(label, m.column(k)) for label, k in lines]
-                    _draw_lines(ax, x, series, xlabel, panel.title)
+                    draw_lines(ax, x, series, xlabel, panel.title)
                 b.image(fig, chart.file, chart.title)
                 families = max(len(lines) for _, lines in present)
                 if families > MAX_LEGEND:
@@ -234,7 +234,7 @@ def _time_split(b: _Builder, x: np.ndarray, xlabel: str) -> list[str]:
     cols = np.vstack([m.column(k) for k in phases])
     filled = np.nan_to_num(cols, nan=0.0)
     if b.plots:
-        fig, (ax_s, ax_f) = _figure(2)
+        fig, (ax_s, ax_f) = figure(2)
         labels = [k.removeprefix("time/") for k in phases]
         totals = filled.sum(axis=0)
         frac = np.divide(filled, totals, out=np.zeros_like(filled), where=totals > 0)
@@ -248,7 +248,7 @@ def _time_split(b: _Builder, x: np.ndarray, xlabel: str) -> list[str]:
                     bottom = bottom + row
             else:
                 ax.stackplot(x, data, labels=labels, colors=[f"C{i % 10}" for i in range(len(labels))])
-            _style(ax, title, xlabel)
+            style(ax, title, xlabel)
             plotting.around_single_x(ax, x)
         # Headroom above the tallest bar for the legend, so it never hides a bar.
         ax_s.set_ylim(0, max(float(totals.max()), 1e-9) * (1.2 + 0.12 * math.ceil(len(labels) / 3)))
@@ -264,12 +264,12 @@ def _time_split(b: _Builder, x: np.ndarray, xlabel: str) -> list[str]:
         rows.append(
             [
                 f"`{key}`",
-                _fmt(mean),
+                fmt(mean),
                 f"{share:.0%}" if math.isfinite(share) else "—",
-                _fmt(ok[-1] if ok.size else None),
+                fmt(ok[-1] if ok.size else None),
             ]
         )
-    b.md += [*_table(["phase", "mean s / update", "share", "last"], rows), ""]
+    b.md += [*md_table(["phase", "mean s / update", "share", "last"], rows), ""]
     return phases
 
 
@@ -284,7 +284,7 @@ def _other(b: _Builder, used: set[str]) -> None:
             continue
         prefix, family, name = split_key(key)
         lines = groups.setdefault(prefix, {}).setdefault(name, [])
-        lines.append(("all" if family is None else _short(family), key))
+        lines.append(("all" if family is None else short(family), key))
     b.md += ["## Other metrics", ""]
     if not groups:
         b.note("Every logged metric is in a chart above.")
@@ -298,9 +298,9 @@ def _other(b: _Builder, used: set[str]) -> None:
         safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", prefix) or "misc"
         for part, start in enumerate(range(0, len(names), MAX_PANELS), start=1):
             chunk = names[start : start + MAX_PANELS]
-            fig, axes = _figure(len(chunk), height=2.6)
+            fig, axes = figure(len(chunk), height=2.6)
             for ax, name in zip(axes, chunk, strict=True):
-                _draw_lines(ax, x, [(label, m.column(k)) for label, k in panels[name]], xlabel, name)
+                draw_lines(ax, x, [(label, m.column(k)) for label, k in panels[name]], xlabel, name)
             suffix = "" if part == 1 else f"_{part}"
             b.image(fig, f"other_{safe}{suffix}.png", f"{title} metrics")
 
@@ -319,7 +319,7 @@ def _samples(b: _Builder, total: int | None, last: int, max_chars: int) -> None:
         return
     read = read_samples(path, last=last)
     if read.skipped:
-        note = f"> skipped {_lines_word(read.skipped)} in {SAMPLES_FILE} (among its last {min(last, total)} lines)"
+        note = f"> skipped {lines_word(read.skipped)} in {SAMPLES_FILE} (among its last {min(last, total)} lines)"
         if read.truncated_tail:
             note += "; the last line is incomplete: the run may still be writing it, or it crashed mid-write"
         b.md += [note + ".", ""]
@@ -341,13 +341,13 @@ def _samples(b: _Builder, total: int | None, last: int, max_chars: int) -> None:
         )
         valid = r.get("action_valid")
         validity = "valid" if valid is True else "**invalid**" if valid is False else "validity unknown"
-        reward = _number(r.get("reward"))
-        progression = _number(r.get("progression"))
+        reward = number(r.get("reward"))
+        progression = number(r.get("progression"))
         action = str(r.get("action", "?")).replace("`", "'")
         b.md += [
             f"#### {head}",
             "",
-            f"action `{action}` ({validity}) · reward {_fmt(reward)} · progression {_fmt(progression)}",
+            f"action `{action}` ({validity}) · reward {fmt(reward)} · progression {fmt(progression)}",
             "",
         ]
         prompt = str(r.get("prompt", ""))
@@ -355,13 +355,13 @@ def _samples(b: _Builder, total: int | None, last: int, max_chars: int) -> None:
         b.md += [
             f"<details><summary>prompt ({len(prompt)} characters)</summary>",
             "",
-            *_fence(_clip(prompt, max_chars, 1 / 3)),
+            *fence(clip(prompt, max_chars, 1 / 3)),
             "",
             "</details>",
             "",
             f"response ({len(response)} characters):",
             "",
-            *_fence(_clip(response, max_chars, 3 / 4)),
+            *fence(clip(response, max_chars, 3 / 4)),
             "",
         ]
 
@@ -375,7 +375,7 @@ def _config(b: _Builder) -> None:
     text = path.read_text(encoding="utf-8", errors="replace")
     lines = text.splitlines()
     shown = "\n".join(lines[:300]) + (f"\n# … {len(lines) - 300} more lines" if len(lines) > 300 else "")
-    b.md += [f"<details><summary>{CONFIG_FILE}</summary>", "", *_fence(shown, "toml"), "", "</details>", ""]
+    b.md += [f"<details><summary>{CONFIG_FILE}</summary>", "", *fence(shown, "toml"), "", "</details>", ""]
 
 
 def _all_metrics(b: _Builder) -> None:
@@ -385,10 +385,10 @@ def _all_metrics(b: _Builder) -> None:
         y = m.column(key)
         ok = y[np.isfinite(y)]
         if ok.size:
-            rows.append([f"`{key}`", str(ok.size), _fmt(ok[0]), _fmt(ok[-1]), _fmt(ok.min()), _fmt(ok.max())])
+            rows.append([f"`{key}`", str(ok.size), fmt(ok[0]), fmt(ok[-1]), fmt(ok.min()), fmt(ok.max())])
         else:
             rows.append([f"`{key}`", "0", "—", "—", "—", "—"])
-    b.md += ["## All metrics", "", *_table(["key", "points", "first", "last", "min", "max"], rows), ""]
+    b.md += ["## All metrics", "", *md_table(["key", "points", "first", "last", "min", "max"], rows), ""]
 
 
 class PlotsWouldBeLost(RuntimeError):
@@ -404,15 +404,15 @@ def write_report(
     replace a report that has plots with one without (no matplotlib here); anything else (no metrics yet, bad lines,
     missing keys, no matplotlib) becomes a note in the report.
     """
-    return _write_report(run, samples=samples, max_chars=max_chars, plots=plots)[0]
+    return write_report_and_metrics(run, samples=samples, max_chars=max_chars, plots=plots)[0]
 
 
-def _write_report(
+def write_report_and_metrics(
     run: str | os.PathLike[str], *, samples: int, max_chars: int, plots: bool
 ) -> tuple[Path, MetricsLog]:
     run = resolve_run(run)
     metrics = read_metrics(run / METRICS_FILE)
-    have_mpl = plotting._have_matplotlib()
+    have_mpl = plotting.have_matplotlib()
     if plots and not have_mpl and any((run / PLOTS_DIR).glob("*.png")):
         raise PlotsWouldBeLost(
             f"matplotlib is not installed, and {run / REPORT_FILE} has plots: kept as it is "
@@ -427,7 +427,7 @@ def _write_report(
     ]
     if metrics.skipped:
         last_line = _last_line_number(run / METRICS_FILE) if metrics.truncated_tail else None
-        note = _skipped_note(
+        note = skipped_note(
             metrics.skipped, METRICS_FILE, metrics.skipped_lines, metrics.truncated_tail, last_line
         )
         b.md += [f"> {note}.", ""]

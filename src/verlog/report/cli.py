@@ -9,8 +9,8 @@ from typing import Any
 
 from verlog.pipes import closed_pipe_ok
 from verlog.report import plots
-from verlog.report.build import PlotsWouldBeLost, _write_report
-from verlog.report.markdown import _lines_word
+from verlog.report.build import PlotsWouldBeLost, write_report_and_metrics
+from verlog.report.markdown import lines_word
 from verlog.runkit.folder import METRICS_FILE, RunNotFoundError
 
 REPORT_HELP = "Write RUN/report.md (plots, summary, last sampled turns) from a run folder, running or not."
@@ -47,7 +47,7 @@ def add_report_command(subparsers: Any) -> argparse.ArgumentParser:
 def run_report(args: argparse.Namespace) -> int:
     """Run ``verlog report`` from parsed arguments; returns the exit status (2 when there is no such run)."""
     try:
-        out, metrics = _write_report(
+        out, metrics = write_report_and_metrics(
             args.run_dir, samples=args.samples, max_chars=args.max_chars, plots=not args.no_plots
         )
     except RunNotFoundError as err:
@@ -56,7 +56,7 @@ def run_report(args: argparse.Namespace) -> int:
     except PlotsWouldBeLost as err:
         print(f"verlog report: error: {err}", file=sys.stderr)
         return 1
-    if metrics.records and not args.no_plots and not plots._have_matplotlib():
+    if metrics.records and not args.no_plots and not plots.have_matplotlib():
         print(
             "verlog report: note: matplotlib is not installed: plots omitted (pip install matplotlib)",
             file=sys.stderr,
@@ -65,7 +65,7 @@ def run_report(args: argparse.Namespace) -> int:
     if not metrics.exists:
         parts = [f"no {METRICS_FILE} yet"]
     if metrics.skipped:
-        parts.append(f"skipped {_lines_word(metrics.skipped)} in {METRICS_FILE}")
+        parts.append(f"skipped {lines_word(metrics.skipped)} in {METRICS_FILE}")
     print(f"wrote {out} ({'; '.join(parts)})")
     return 0
 

@@ -7,7 +7,7 @@ import re
 from collections.abc import Sequence
 
 
-def _fmt(value: float | None) -> str:
+def fmt(value: float | None) -> str:
     if value is None or not math.isfinite(value):
         return "—"
     if value == int(value) and abs(value) < 1e12:
@@ -15,7 +15,7 @@ def _fmt(value: float | None) -> str:
     return f"{value:.4g}"
 
 
-def _duration(seconds: float) -> str:
+def duration(seconds: float) -> str:
     seconds = int(round(seconds))
     h, rest = divmod(seconds, 3600)
     m, s = divmod(rest, 60)
@@ -30,20 +30,20 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+def md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     out += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
     return out
 
 
-def _fence(text: str, lang: str = "text") -> list[str]:
+def fence(text: str, lang: str = "text") -> list[str]:
     """A fenced block that cannot be closed early by backticks inside the text (CommonMark rule)."""
     longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
     ticks = "`" * max(3, longest + 1)
     return [ticks + lang, text.rstrip("\n"), ticks]
 
 
-def _clip(text: str, budget: int, head_share: float) -> str:
+def clip(text: str, budget: int, head_share: float) -> str:
     """Keep the head and the tail of a long text (a prompt's instruction and its latest observation).
 
     The cuts snap to line ends when one is near, so no line is shown half.
@@ -64,13 +64,13 @@ def _clip(text: str, budget: int, head_share: float) -> str:
     return head.rstrip("\n") + f"\n[… {cut} characters cut …]\n" + tail
 
 
-def _lines_word(n: int) -> str:
+def lines_word(n: int) -> str:
     return f"{n} malformed line{'s' if n != 1 else ''}"
 
 
-def _skipped_note(n: int, file: str, lines: list[int], truncated: bool, last_line: int | None) -> str:
+def skipped_note(n: int, file: str, lines: list[int], truncated: bool, last_line: int | None) -> str:
     where = ", ".join(str(i) for i in lines[:10]) + (", …" if len(lines) > 10 else "")
-    note = f"skipped {_lines_word(n)} in {file} (line{'s' if n != 1 else ''} {where})"
+    note = f"skipped {lines_word(n)} in {file} (line{'s' if n != 1 else ''} {where})"
     if truncated and last_line is not None and lines and lines[-1] == last_line:
         note += "; the last line is incomplete: the run may still be writing it, or it crashed mid-write"
     return note

@@ -95,22 +95,22 @@ CHARTS = (
 SECTIONS = ("Games", "Learning", "Speed")
 
 
-def _panel_keys(panel: Panel, keys: Sequence[str]) -> list[tuple[str, str]]:
+def panel_keys(panel: Panel, keys: Sequence[str]) -> list[tuple[str, str]]:
     """(label, key) of the lines of a panel that exist in ``keys``: overall first, then the families."""
     lines = [("all", panel.key)] if panel.key in keys else []
     for key in keys:
         prefix, family, name = split_key(key)
         if family is not None and prefix in FAMILY_PREFIXES and name in panel.family_names:
-            lines.append((_short(family), key))
+            lines.append((short(family), key))
     return lines
 
 
-def _short(family: str) -> str:
+def short(family: str) -> str:
     return family.removeprefix("verlog/")
 
 
 # ---------------------------------------------------------------------------------------------- plotting
-def _have_matplotlib() -> bool:
+def have_matplotlib() -> bool:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
@@ -118,7 +118,7 @@ def _have_matplotlib() -> bool:
     return True
 
 
-def _figure(n_panels: int, height: float = 3.0) -> tuple[Any, list[Any]]:
+def figure(n_panels: int, height: float = 3.0) -> tuple[Any, list[Any]]:
     """A grid of up to 3 columns with fixed margins (constrained layout would double the drawing time)."""
     from matplotlib.figure import Figure
 
@@ -149,7 +149,7 @@ def _ema(y: np.ndarray, weight: float = 0.8) -> np.ndarray:
     return out
 
 
-def _draw_lines(ax: Any, x: np.ndarray, lines: list[tuple[str, np.ndarray]], xlabel: str, title: str) -> None:
+def draw_lines(ax: Any, x: np.ndarray, lines: list[tuple[str, np.ndarray]], xlabel: str, title: str) -> None:
     """Each series on its finite points; markers when few, a smoothed line over the raw one when many."""
     many = len(lines) > MAX_LEGEND
     for i, (label, y) in enumerate(lines):
@@ -172,7 +172,7 @@ def _draw_lines(ax: Any, x: np.ndarray, lines: list[tuple[str, np.ndarray]], xla
             ax.plot(xs, _ema(ys), **kwargs)
         else:
             ax.plot(xs, ys, **kwargs)
-    _style(ax, title, xlabel)
+    style(ax, title, xlabel)
     around_single_x(ax, x)
     if 1 < len(lines) <= MAX_LEGEND:
         ax.legend(fontsize=6, ncol=1 if len(lines) <= 6 else 2)
@@ -194,7 +194,7 @@ def _compact(value: float, _pos: object = None) -> str:
     return f"{value:.4g}"
 
 
-def _style(ax: Any, title: str, xlabel: str) -> None:
+def style(ax: Any, title: str, xlabel: str) -> None:
     from matplotlib.ticker import FuncFormatter, MaxNLocator
 
     ax.set_title(title, fontsize=10)
@@ -205,7 +205,7 @@ def _style(ax: Any, title: str, xlabel: str) -> None:
     ax.grid(alpha=0.3)
 
 
-def _save(fig: Any, path: Path) -> None:
+def save_figure(fig: Any, path: Path) -> None:
     tmp = path.with_name(path.name + ".tmp")
     fig.savefig(tmp, format="png")
     os.replace(tmp, path)  # a viewer of a live run never sees half a PNG

@@ -38,7 +38,7 @@ class MetricsLog:
     @property
     def warmup_rows(self) -> int:
         """Records of critic pre-training (logged before update 1, one per iteration)."""
-        return sum(_number(r.get(WARMUP_KEY)) is not None for r in self.records)
+        return sum(number(r.get(WARMUP_KEY)) is not None for r in self.records)
 
     @property
     def updates(self) -> int:
@@ -50,14 +50,14 @@ class MetricsLog:
         seen: dict[str, None] = {}
         for record in self.records:
             for key, value in record.items():
-                if key not in seen and _number(value) is not None:
+                if key not in seen and number(value) is not None:
                     seen[key] = None
         return list(seen)
 
     def column(self, key: str) -> np.ndarray:
         """One value per record; NaN where the key is missing or not a number."""
         if key not in self._columns:
-            values = [_number(r.get(key)) for r in self.records]
+            values = [number(r.get(key)) for r in self.records]
             self._columns[key] = np.array([math.nan if v is None else v for v in values], dtype=float)
         return self._columns[key]
 
@@ -75,7 +75,7 @@ class MetricsLog:
         return "record", np.arange(1, len(self.records) + 1, dtype=float)
 
 
-def _number(value: Any) -> float | None:
+def number(value: Any) -> float | None:
     if isinstance(value, bool):
         return float(value)
     if isinstance(value, (int, float)):
@@ -108,14 +108,14 @@ def _merge_updates(records: list[dict[str, Any]]) -> tuple[list[dict[str, Any]],
     run resumed from an earlier checkpoint that logs the update again (later values win, reported).
     Records without a numeric ``update`` are left as they are.
     """
-    found = [_number(r.get("update")) for r in records]
+    found = [number(r.get("update")) for r in records]
     updates = [u for u in found if u is not None and math.isfinite(u)]
     if not records or len(updates) != len(records):
         return records, []
     merged: dict[tuple[float, float], dict[str, Any]] = {}
     relogged: set[int] = set()
     for u, record in zip(updates, records, strict=True):
-        key = (u, _number(record.get(WARMUP_KEY)) or 0.0)
+        key = (u, number(record.get(WARMUP_KEY)) or 0.0)
         if key in merged:
             old = merged[key]
             if any(k in old and old[k] != v and k not in X_KEYS for k, v in record.items()):

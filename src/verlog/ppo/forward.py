@@ -1,4 +1,4 @@
-"""The models (actor, critic, frozen reference) and the one forward path that scores turns.
+"""Forward passes: the one path that scores turns with the actor, the critic and the frozen reference.
 
 A micro-batch of turns is packed as a left-padded prompt followed by a right-padded response, with explicit
 position ids, so every row's prompt ends in the same column ``P - 1`` and its response fills the last ``R``

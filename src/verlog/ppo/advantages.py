@@ -1,6 +1,8 @@
-r"""Dual-discount GAE: Verlog's turn-level advantage, computed for a whole ``[T, N, R]`` batch at once.
+r"""Every ``algo.advantage`` estimator, behind one switch: PPO's dual-discount GAE and the critic-free group
+baselines (GRPO, GiGPO), plus the discounted reverse sum they share.
 
-Notation. Turn ``t`` of env ``n`` has ``L = L_{t,n} >= 1`` response tokens ``y_0 .. y_{L-1}`` (a prefix of the
+**Dual-discount GAE** (``"gae"``): Verlog's turn-level advantage, computed for a whole ``[T, N, R]`` batch at
+once. Notation. Turn ``t`` of env ``n`` has ``L = L_{t,n} >= 1`` response tokens ``y_0 .. y_{L-1}`` (a prefix of the
 ``R`` columns; the rest is padding). ``V_{t,k}`` is the critic's value just before token ``k``, so
 ``V_{t,0}`` is the value of the turn's state (its prompt). Rewards per token::
 
@@ -36,17 +38,50 @@ How this differs from Verlog (verl ``compute_gae_advantage_return``, see shared/
 turns on ``[N]`` vectors, everything else as whole-tensor ops (no loop over tokens).
 :func:`dual_discount_gae_loop` is the plain per-env, per-turn, per-token recursion, kept as the slow reference
 that tests and ``benchmarks/gae.py`` compare against.
+
+**Group baselines** (``"grpo"``, ``"gigpo"``): A batch is ``groups x G`` whole episodes; episodes ``[k G, (k+1) G)`` form group ``k`` and started from the
+same state (one reset seed). Every turn of episode ``i`` gets the *episode* advantage
+
+    A_E(i) = (R_i - mean_k R)                    norm = "mean"
+    A_E(i) = (R_i - mean_k R) / (std_k R + eps)  norm = "mean_std"   (std with Bessel's correction, eps 1e-6)
+
+where ``R_i`` is the episode's undiscounted return (a truncated episode: the rewards it got; there is no critic
+to bootstrap it). A group of one has no baseline: its advantage is the return itself (mean 0, std 1, as verl and
+verl-agent do). GiGPO (arXiv 2505.10978, verl-agent's ``core_gigpo.py``) adds a *step* advantage: within a
+group, the turns whose current observation is identical (an "anchor state", matched exactly: ``reset(seed)``
+fixes the start, so equal texts are equal observations) form a step group, turns of the same episode included;
+each turn's discounted return from that turn, ``sum_k gamma^k r_{t+k}``, is normalised the same way within its
+step group (a step group of one gets 0), and
+
+    A(i, t) = A_E(i) + w * A_S(i, t)        (w = algo.step_weight, verl-agent's step_advantage_w = 1.0)
+
+One difference from verl-agent, on purpose: the episode statistics are over the group's episodes, one return
+each (its "standard episode-level" option), not over every turn's copy of the return, which would weigh long
+episodes more.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+from collections import defaultdict
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
+import numpy as np
 import torch
 
-__all__ = ["dual_discount_gae", "dual_discount_gae_loop"]
+__all__ = [
+    "EPS",
+    "GroupAdvantages",
+    "discounted_returns",
+    "discounted_reverse_cumsum",
+    "dual_discount_gae",
+    "dual_discount_gae_loop",
+    "episode_advantages",
+    "group_advantages",
+]
 
 
 def _check_inputs(
@@ -171,7 +206,7 @@ def _scan_weights(R: int, c: float, dtype: torch.dtype, device: torch.device) ->
     )
 
 
-def _discounted_reverse_cumsum(x: torch.Tensor, c: float) -> torch.Tensor:
+def discounted_reverse_cumsum(x: torch.Tensor, c: float) -> torch.Tensor:
     """``y_k = sum_{j >= k} c**(j-k) * x_j`` along the last dim, for ``0 <= c <= 1``, without a token loop.
 
     Two-level blocked scan: the last dim is cut into ``nb`` blocks of ``b`` tokens. One matmul with a
@@ -306,7 +341,7 @@ def dual_discount_gae(
         returns = torch.addcmul(advantages, values, mask)
     else:
         delta.scatter_add_(-1, (lengths.long() - 1)[..., None], at_last[..., None])
-        advantages = _discounted_reverse_cumsum(delta, c)  # exactly 0 on padding: delta = 0 from there on
+        advantages = discounted_reverse_cumsum(delta, c)  # exactly 0 on padding: delta = 0 from there on
         returns = torch.addcmul(advantages, values, mask, out=delta)
     return advantages, returns
 
@@ -375,3 +410,87 @@ def dual_discount_gae_loop(
         torch.tensor(adv, dtype=dtype, device=device).reshape(T, N, R),
         torch.tensor(ret, dtype=dtype, device=device).reshape(T, N, R),
     )
+
+
+# ------------------------------------------------------------------ group baselines (no critic)
+#: Added to the std before dividing (verl-agent's epsilon).
+EPS = 1e-6
+
+
+def _normalise(values: np.ndarray, *, std: bool, alone: float | None) -> np.ndarray:
+    """Values minus their mean (over std + EPS when ``std``); ``alone``: the result for a single value
+    (None: the value itself, i.e. mean 0 and std 1)."""
+    if len(values) == 1:
+        return values.copy() if alone is None else np.full(1, alone)
+    centred = values - values.mean()
+    return centred / (values.std(ddof=1) + EPS) if std else centred
+
+
+def episode_advantages(returns: Sequence[float], group_size: int, *, std: bool) -> np.ndarray:
+    """A_E of each episode; ``returns`` holds consecutive groups of ``group_size`` episodes."""
+    values = np.asarray(returns, dtype=np.float64)
+    if len(values) % group_size:
+        raise ValueError(f"{len(values)} episodes do not divide into groups of {group_size}")
+    out = np.empty_like(values)
+    for start in range(0, len(values), group_size):
+        out[start : start + group_size] = _normalise(values[start : start + group_size], std=std, alone=None)
+    return out
+
+
+def discounted_returns(rewards: Sequence[float], gamma: float) -> np.ndarray:
+    """The return from each turn to the end of the episode: ``G_t = r_t + gamma * G_{t+1}``."""
+    if not len(rewards):
+        return np.zeros(0)
+    return discounted_reverse_cumsum(torch.as_tensor(rewards, dtype=torch.float64), gamma).numpy()
+
+
+@dataclass
+class GroupAdvantages:
+    """Per-turn advantages of each episode and what the batch held."""
+
+    turns: list[np.ndarray]
+    """``turns[i][t]``: the advantage of turn t of episode i."""
+    no_signal_episodes: int = 0
+    """Episodes in a group of two or more whose returns are all equal (their episode advantage is 0)."""
+    step_groups: list[int] = field(default_factory=list)
+    """GiGPO: the size of every step group (a turn alone in its step group counts as a group of one)."""
+
+
+def group_advantages(
+    rewards: Sequence[Sequence[float]],
+    group_size: int,
+    *,
+    std: bool,
+    anchors: Sequence[Sequence[Hashable]] | None = None,
+    step_weight: float = 1.0,
+    step_gamma: float = 0.95,
+) -> GroupAdvantages:
+    """GRPO (``anchors=None``) or GiGPO advantages of every turn of ``rewards[i]`` (episode i's turn rewards).
+
+    ``anchors[i][t]`` is the observation episode i saw before its turn t (GiGPO's anchor state).
+    """
+    returns = [float(np.sum(r)) for r in rewards]
+    episode = episode_advantages(returns, group_size, std=std)
+    result = GroupAdvantages([np.full(len(r), episode[i]) for i, r in enumerate(rewards)])
+    for start in range(0, len(returns), group_size):
+        group = returns[start : start + group_size]
+        if group_size > 1 and all(r == group[0] for r in group):
+            result.no_signal_episodes += group_size
+    if anchors is None:
+        return result
+    for start in range(0, len(rewards), group_size):
+        members: dict[Hashable, list[tuple[int, int]]] = defaultdict(list)
+        step_returns: dict[int, np.ndarray] = {}
+        for i in range(start, start + group_size):
+            if len(anchors[i]) != len(rewards[i]):
+                raise ValueError(f"episode {i}: {len(anchors[i])} anchors for {len(rewards[i])} turns")
+            step_returns[i] = discounted_returns(rewards[i], step_gamma)
+            for t, anchor in enumerate(anchors[i]):
+                members[anchor].append((i, t))
+        for turns in members.values():
+            values = np.array([step_returns[i][t] for i, t in turns])
+            steps = _normalise(values, std=std, alone=0.0)
+            for (i, t), value in zip(turns, steps, strict=True):
+                result.turns[i][t] += step_weight * value
+            result.step_groups.append(len(turns))
+    return result

@@ -12,7 +12,7 @@ from toy_env import TOY_ID
 from verlog.models.loading import load_models
 from verlog.models.prompts import PromptBuilder, PromptTooLong
 from verlog.models.tiny import build_tiny
-from verlog.ppo.policy import actor_logprobs, collate, critic_values
+from verlog.ppo.forward import actor_logprobs, collate, critic_values
 from verlog.sampling import TransformersSampler
 from verlog.sampling.base import shared_prefix_length
 

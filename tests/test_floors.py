@@ -1,0 +1,154 @@
+"""The house rules, checked on the source: a floor never imports one above it, and no module reads another's
+private members. A violation names the file and the import."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "verlog"
+
+#: What each floor may not import (prefixes of module names), lowest floor first.
+FORBIDDEN = {
+    "envs": ("torch", "transformers", "verlog.models", "verlog.sampling", "verlog.runkit", "verlog.ppo"),
+    "models": ("verlog.sampling", "verlog.runkit", "verlog.ppo", "verlog.evaluation"),
+    "sampling": ("verlog.runkit", "verlog.ppo", "verlog.evaluation"),
+    "runkit": ("verlog.ppo", "verlog.evaluation", "verlog.report"),
+    "report": ("torch", "verlog.ppo", "verlog.evaluation"),
+    "evaluation": (
+        "verlog.runkit.checkpoint",
+        "verlog.runkit.logger",
+        "verlog.ppo.trainer",
+        "verlog.ppo.rollout",
+    ),
+}
+
+
+def _imports(path: Path) -> list[tuple[str, list[str]]]:
+    """Every ``(module, names)`` a file imports, at any depth (lazy imports count)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, []) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.append((node.module, [alias.name for alias in node.names]))
+    return found
+
+
+def _modules(floor: str) -> list[Path]:
+    return sorted((SRC / floor).rglob("*.py"))
+
+
+@pytest.mark.parametrize("floor", sorted(FORBIDDEN))
+def test_a_floor_never_imports_one_above_it(floor: str) -> None:
+    bad = [
+        f"{path.relative_to(SRC)} imports {module}"
+        for path in _modules(floor)
+        for module, _ in _imports(path)
+        if module.startswith(FORBIDDEN[floor])
+    ]
+    assert not bad, "\n".join(bad)
+
+
+def test_no_module_imports_another_modules_private_names() -> None:
+    bad = [
+        f"{path.relative_to(SRC)} imports {name} from {module}"
+        for path in sorted(SRC.rglob("*.py"))
+        for module, names in _imports(path)
+        if module.startswith("verlog")
+        for name in names
+        if name.startswith("_") and not name.startswith("__")
+    ]
+    assert not bad, "\n".join(bad)
+
+
+def _module_aliases(tree: ast.AST) -> dict[str, str]:
+    """Names a file binds to verlog modules (``from verlog.report import plots as plotting``)."""
+    aliases = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("verlog"):
+            folder = SRC.parent.joinpath(*node.module.split("."))
+            for alias in node.names:
+                if (folder / f"{alias.name}.py").is_file() or (folder / alias.name).is_dir():
+                    aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+        elif isinstance(node, ast.Import):
+            aliases.update({a.asname: a.name for a in node.names if a.asname and a.name.startswith("verlog")})
+    return aliases
+
+
+def test_no_module_reads_another_modules_private_attributes() -> None:
+    bad = []
+    for path in sorted(SRC.rglob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        aliases = _module_aliases(tree)
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in aliases
+                and node.attr.startswith("_")
+                and not node.attr.startswith("__")
+            ):
+                bad.append(
+                    f"{path.relative_to(SRC)}:{node.lineno} reads {aliases[node.value.id]}.{node.attr}"
+                )
+    assert not bad, "\n".join(bad)
+
+
+def test_no_module_is_over_500_lines() -> None:
+    long = [
+        f"{p.relative_to(SRC)}: {n}"
+        for p in SRC.rglob("*.py")
+        if (n := len(p.read_text().splitlines())) > 500
+    ]
+    assert not long, long
+
+
+def test_the_env_floor_and_the_report_load_without_torch() -> None:
+    code = (
+        "import sys, verlog, verlog.envs, verlog.report, verlog.runkit.folder; print('torch' in sys.modules)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.strip() == "False"
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(SRC.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def test_no_import_circle_between_modules() -> None:
+    """Module-level imports only (an import inside a function runs later and cannot deadlock a load)."""
+    graph: dict[str, set[str]] = {}
+    modules = {_module_name(p): p for p in SRC.rglob("*.py")}
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text(), str(path))
+        edges = set()
+        for node in tree.body:  # top level only
+            targets = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            edges |= {t for t in targets if t in modules and t != name and not name.startswith(t + ".")}
+        graph[name] = edges
+    state: dict[str, int] = {}
+
+    def visit(node: str, trail: list[str]) -> None:
+        state[node] = 1
+        for nxt in graph[node]:
+            if state.get(nxt) == 1:
+                pytest.fail("import circle: " + " -> ".join([*trail[trail.index(nxt) :], nxt]))
+            if nxt not in state:
+                visit(nxt, [*trail, nxt])
+        state[node] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
