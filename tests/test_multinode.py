@@ -350,7 +350,9 @@ def test_a_lost_machine_stops_the_other_with_the_resume_command(
         machines.append(spawn(tmp_path / "logs-resume", rank, launch, command[-3:], tool))
     finish(machines)
     assert latest_checkpoint(run).name == f"{UPDATES:06d}"
-    assert [r["update"] for r in records(run)] == [float(u) for u in range(1, UPDATES + 1)]  # each logged once
+    assert [r["update"] for r in records(run)] == [
+        float(u) for u in range(1, UPDATES + 1)
+    ]  # each logged once
 
 
 def test_a_machine_that_never_joins_is_a_bounded_reported_wait(tmp_path: Path) -> None:
