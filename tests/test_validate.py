@@ -118,3 +118,11 @@ def test_the_script_prints_every_problem_on_its_own_line_and_exits_2(tmp_path: P
     assert lines[0] == "ppo.py: config: 3 problems:", done.stderr
     assert [line.split()[1] for line in lines[1:]] == ["ppo.actor_lr", "ppo.turn_gamma", "env.id:"]
     assert not any(tmp_path.iterdir())
+
+
+def test_a_tracker_that_is_not_installed_is_a_problem_not_a_silent_drop(model_dir: Path) -> None:
+    config = load_config(
+        None, [f"model.path={model_dir}", f"env.id={TOY_ID}", 'run.trackers=["no_such_tracker"]']
+    )
+    with pytest.raises(ConfigError, match=r"^run\.trackers: no_such_tracker is not installed"):
+        validate(config)

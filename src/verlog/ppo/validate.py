@@ -41,6 +41,7 @@ def validate(config: Config, resume: str | Path | None = None) -> None:
 def problems(config: Config, resume: str | Path | None = None) -> list[str]:
     """Every problem of ``config`` as one line naming its key, in the order of the sections."""
     found = [*_numbers(config), *_sizes(config), *_model(config), *_sampling(config), *_algo(config)]
+    found += _trackers(config)
     found += _env(config)
     model = config.model
     if not (model.build or model.build_tiny) and model.path:
@@ -198,6 +199,15 @@ def _algo(config: Config) -> Iterator[str]:
 
 
 # ----------------------------------------------------------------------------------------- the world
+def _trackers(config: Config) -> list[str]:
+    """A tracker that is not installed: accelerate would drop it with a warning, and the run log nothing."""
+    from verlog.extras import missing
+
+    names = {"comet_ml": "comet_ml", "tensorboard": "tensorboard"}  # tracker name -> the module it imports
+    absent = [name for name in config.run.trackers if missing(names.get(name, name))]
+    return [f"run.trackers: {name} is not installed (pip install {name})" for name in absent]
+
+
 def _env(config: Config) -> list[str]:
     """Build one env with its memory, as a sub-env would be: unknown ids, keywords and bad values show here;
     for GiGPO it is reset, to see the anchor observation in its info."""
