@@ -56,12 +56,20 @@ def missing(*modules: str) -> list[str]:
 def require(purpose: str, *modules: str) -> None:
     """Raise :class:`MissingPackage` naming ``purpose`` and the install line unless every module imports."""
     absent = missing(*modules)
-    if absent:
-        names = ", ".join(EXTRAS[m][0] if m in EXTRAS else m for m in absent)
-        hints = sorted({install_hint(m) for m in absent if m in EXTRAS})
-        raise MissingPackage(
-            f"{purpose} needs {names}, which is not installed: {'; '.join(hints) or 'install it'}"
-        )
+    if not absent:
+        return
+    names = [EXTRAS[m][0] if m in EXTRAS else m for m in absent]
+    listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+    extras = sorted({EXTRAS[m][1] for m in absent if m in EXTRAS})
+    if len(absent) == 1 and extras:
+        hint = install_hint(absent[0])
+    elif extras:
+        hint = f'pip install -e ".[{",".join(extras)}]"'
+    else:
+        hint = "install it" if len(names) == 1 else "install them"
+    raise MissingPackage(
+        f"{purpose} needs {listed}, which {'is' if len(names) == 1 else 'are'} not installed: {hint}"
+    )
 
 
 def as_missing(error: ImportError) -> MissingPackage | None:
