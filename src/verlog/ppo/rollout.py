@@ -298,6 +298,7 @@ class GroupRollout(Rollout):
         self.algo = algo
         self.seed, self.stride = seed, stride
         self.batches = 0  # seed draws so far (one per batch and per resampling attempt): the next resets
+        self.turns_played = 0  # in the last batch, resampled groups' turns included (the turn budget's count)
 
     def group_seeds(self) -> list[int]:
         """The reset seed of each env in the next draw: one per group."""
@@ -335,6 +336,7 @@ class GroupRollout(Rollout):
         for k in dropped:  # no gradient in them: left out of the update
             storage.active[:, k * G : (k + 1) * G] = False
         turns = sum(len(r) for r in rewards)
+        self.turns_played = tally["turns"]
         episodes = tally["episodes"]
         metrics = dict(tally["clock"])
         metrics.update({key: float(np.mean(values)) for key, values in episodes.items() if values})
@@ -343,7 +345,8 @@ class GroupRollout(Rollout):
         metrics.update(
             {
                 "charts/episodes": float(N),
-                "charts/turns": float(storage.num_played),
+                "charts/turns": float(tally["turns"]),  # every turn played, resampled groups' included
+                "groups/trained_turns": float(storage.num_played),
                 "charts/response_tokens": tally["tokens"] / max(tally["turns"], 1),
                 "charts/generated_tokens": float(tally["tokens"]),
                 "env/reward": tally["reward"] / max(tally["turns"], 1),

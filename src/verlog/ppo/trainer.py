@@ -383,8 +383,9 @@ class Trainer:
         )
 
     def _batch_turns(self) -> int:
-        """Turns of this update over all processes (whole-episode batches vary in length)."""
-        return int(self._all_reduce(torch.tensor([float(self.storage.num_played)])).item())
+        """Turns played in this update over all processes (whole-episode batches vary in length; a group played
+        again counts each time, so a turn budget is the same for every estimator)."""
+        return int(self._all_reduce(torch.tensor([float(self.rollout.turns_played)])).item())
 
     def _all_reduce(self, tensor: torch.Tensor) -> torch.Tensor:
         if self.accelerator.num_processes == 1:
