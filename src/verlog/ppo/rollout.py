@@ -99,19 +99,7 @@ class Rollout:
                 family = family_of(self.env_id, info)
                 if samples is not None:
                     samples.append(
-                        dict(
-                            env_id=self.env_id,
-                            family=family,
-                            env_index=n,
-                            episode=int(self.episode_index[n]),
-                            turn=int(self.episode_length[n]),
-                            prompt_ids=storage.prompts[t][n],
-                            response=samples_text[n],
-                            action=str(info["executed_action"]),
-                            action_valid=bool(info["action_valid"]),
-                            reward=float(rewards[n]),
-                            progression=float(info["progression"]),
-                        )
+                        self._sample(n, family, storage.prompts[t][n], samples_text[n], info, rewards[n])
                     )
                 self.episode_return[n] += rewards[n]
                 self.episode_length[n] += 1
@@ -147,6 +135,24 @@ class Rollout:
         metrics["env/invalid_action_rate"] = invalid / turns
         metrics["env/prompt_cuts"] = float(self.prompts.cuts - cuts_before)
         return metrics
+
+    def _sample(
+        self, n: int, family: str, prompt_ids: list[int], response: str, info: dict[str, Any], reward: float
+    ) -> dict[str, Any]:
+        """A played turn of env n as a sampled-turn record (before this turn counts in the episode's length)."""
+        return dict(
+            env_id=self.env_id,
+            family=family,
+            env_index=n,
+            episode=int(self.episode_index[n]),
+            turn=int(self.episode_length[n]),
+            prompt_ids=prompt_ids,
+            response=response,
+            action=str(info["executed_action"]),
+            action_valid=bool(info["action_valid"]),
+            reward=float(reward),
+            progression=float(info["progression"]),
+        )
 
     def _episode_end(
         self, n: int, info: dict[str, Any], family: str, episodes: dict[str, list[float]]
@@ -427,21 +433,7 @@ class GroupRollout(Rollout):
                 tally["turns"] += 1
                 family = family_of(self.env_id, info)
                 if samples is not None:
-                    samples.append(
-                        dict(
-                            env_id=self.env_id,
-                            family=family,
-                            env_index=n,
-                            episode=int(self.episode_index[n]),
-                            turn=t,
-                            prompt_ids=storage.prompts[t][n],
-                            response=out.texts[j],
-                            action=str(info["executed_action"]),
-                            action_valid=bool(info["action_valid"]),
-                            reward=float(reward),
-                            progression=float(info["progression"]),
-                        )
-                    )
+                    samples.append(self._sample(n, family, storage.prompts[t][n], out.texts[j], info, reward))
                 stored = 1.0 if self.binary_reward and reward > 0 else float(reward)
                 storage.put(t, n, out.token_ids[j], out.logprobs[j], stored)
                 rewards[n].append(stored)
