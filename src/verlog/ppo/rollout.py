@@ -350,7 +350,7 @@ class GroupRollout(Rollout):
         groups = len(result.signal)
         metrics.update(
             {
-                "charts/episodes": float(N),
+                "charts/episodes": float(len(episodes["env/success"])),  # resampled groups' included
                 "charts/turns": float(tally["turns"]),  # every turn played, resampled groups' included
                 "groups/trained_turns": float(storage.num_played),
                 "charts/response_tokens": tally["tokens"] / max(tally["turns"], 1),
