@@ -258,7 +258,7 @@ class AlgoConfig:
 @dataclass
 class CurriculumConfig:
     stages: list[dict] = field(default_factory=list)
-    """Env keyword arguments per stage, easiest first, each merged over env.kwargs, e.g. [{ room_size = 5 }, { room_size = 8 }] (empty: no curriculum)."""
+    """Env keyword arguments per stage, easiest first, each merged over env.kwargs (not over the stage before), e.g. [{ room_size = 5 }, { room_size = 8 }] (empty: no curriculum)."""
     threshold: float = 0.5
     """Move to the next stage once the success rate over the last `window` finished episodes reaches this (0.5: about half won)."""
     window: int = 64
