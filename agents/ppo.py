@@ -61,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         require("training", "torch", "transformers", "accelerate")
         from verlog.ppo.trainer import Trainer  # torch and transformers load only once the config is good
+        from verlog.ppo.watchdog import Collapsed
         from verlog.runkit.faults import Diverged, stopped_run
         from verlog.runkit.launch import LaunchError, exit_on_peer_loss
         from verlog.runkit.manifest import CheckpointError
@@ -89,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     except CheckpointError as error:  # nothing loaded from it: the run folder is as it was
         print(f"{parser.prog}: resume: {error}", file=sys.stderr)
         return 1
-    except (Diverged, SubEnvError) as error:  # the run stops; its newest checkpoint is intact
+    except (Diverged, Collapsed, SubEnvError) as error:  # the run stops; its newest checkpoint is intact
         print(f"{parser.prog}: {error}. {stopped_run(trainer, args.resume)}", file=sys.stderr)
         return 1
     return 0

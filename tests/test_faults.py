@@ -43,7 +43,9 @@ def _trainer(out: Path, model: Path, *overrides: str) -> Trainer:
 
 
 def test_exploding_weights_stop_the_run_before_they_are_saved(tmp_path: Path, model_path: Path) -> None:
-    trainer = _trainer(tmp_path, model_path, "ppo.actor_lr=1e30", "run.total_updates=3")
+    trainer = _trainer(
+        tmp_path, model_path, "ppo.actor_lr=1e30", "run.total_updates=3", "watchdog.enabled=false"
+    )
     with pytest.raises(
         Diverged, match=r"^update 1 left the actor's weights as large as .*ppo\.actor_lr = 1e\+30"
     ):
@@ -55,7 +57,9 @@ def test_exploding_weights_stop_the_run_before_they_are_saved(tmp_path: Path, mo
 def test_updates_that_skip_every_step_are_said_and_stop_the_run(
     tmp_path: Path, model_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    trainer = _trainer(tmp_path, model_path, "run.total_updates=5", "ppo.max_skipped_updates=2")
+    trainer = _trainer(
+        tmp_path, model_path, "run.total_updates=5", "ppo.max_skipped_updates=2", "watchdog.enabled=false"
+    )
     storage = trainer.storage
     compute_returns = storage.compute_returns
 
@@ -79,6 +83,7 @@ def test_the_script_stops_a_diverged_run_with_one_line(tmp_path: Path) -> None:
         sys.executable, "agents/ppo.py", "--config", "envs/tiny.toml", f"run.output_dir={tmp_path}",
         f"model.path={tmp_path / 'tiny-model'}", "run.total_updates=2", "env.num_envs=2", "ppo.turns_per_update=2",
         "ppo.critic_warmup_batches=1", "ppo.critic_warmup_iters=1", "ppo.actor_lr=1e30", "run.console=false",
+        "watchdog.enabled=false",  # the guard's own stop (with the watchdog: tests/test_watchdog.py)
     ]  # fmt: skip
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)

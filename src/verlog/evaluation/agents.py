@@ -15,7 +15,14 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from verlog.runkit.folder import CHECKPOINTS, is_checkpoint_name, is_run_dir, latest_checkpoint
+from verlog.runkit.folder import (
+    CHECKPOINTS,
+    best_checkpoint,
+    checkpoint_dir,
+    is_checkpoint_name,
+    is_run_dir,
+    latest_checkpoint,
+)
 
 __all__ = [
     "BASELINES",
@@ -28,6 +35,7 @@ __all__ = [
     "RandomAgent",
     "Turn",
     "resolve_model",
+    "run_checkpoint",
 ]
 
 #: Names that select a built-in baseline instead of a model path.
@@ -160,6 +168,27 @@ class ModelSource:
     model_path: str
     run_dir: Path | None = None
     checkpoint: Path | None = None
+
+
+def run_checkpoint(run: str, which: str) -> Path:
+    """``--checkpoint best|NNNNNN`` of run folder ``run``: the checkpoint folder to evaluate."""
+    if not is_run_dir(run):
+        raise EvalError(f"--checkpoint {which}: {run} is not a run folder (no checkpoints/ or config.toml)")
+    if which == "best":
+        best = best_checkpoint(run)
+        if best is None:
+            raise EvalError(
+                f"--checkpoint best: {run} has no best checkpoint (the validation panel writes best.json: "
+                "train with run.eval_every > 0)"
+            )
+        return best
+    folder = checkpoint_dir(run) / which
+    if not (is_checkpoint_name(which) and folder.is_dir()):
+        held = ", ".join(sorted(p.name for p in checkpoint_dir(run).glob("[0-9]*"))) or "none"
+        raise EvalError(
+            f"--checkpoint {which}: no such checkpoint in {run} (it has: {held}; or newest, best)"
+        )
+    return folder
 
 
 def resolve_model(spec: str) -> ModelSource:

@@ -41,6 +41,7 @@ from verlog.evaluation.agents import (
     OracleAgent,
     RandomAgent,
     resolve_model,
+    run_checkpoint,
 )
 from verlog.evaluation.runner import EnvSettings, EpisodeLog, play
 from verlog.evaluation.scoring import summarize
@@ -380,6 +381,12 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     api.add_argument("--concurrency", type=int, default=8, metavar="N", help="requests in flight (default 8)")
     api.add_argument("--retries", type=int, default=4, metavar="N", help="retries per request, with backoff")
     api.add_argument("--timeout", type=float, default=120.0, metavar="S", help="seconds per request")
+    parser.add_argument(
+        "--checkpoint",
+        default="newest",
+        metavar="WHICH",
+        help="for a run folder: newest (default), best (the validation panel's best, RUN/best.json) or NNNNNN",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bar and no table")
     parser.add_argument(
         "--verbose",
@@ -444,6 +451,8 @@ def run_eval(args: argparse.Namespace) -> int:
     if not args.verbose:
         quiet_console()
     try:
+        if args.checkpoint != "newest":
+            args.agent = str(run_checkpoint(args.agent, args.checkpoint))
         api = _api_settings(args)  # first: it turns --backend into an override
         summary = evaluate(
             args.agent,

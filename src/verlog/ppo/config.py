@@ -26,10 +26,12 @@ __all__ = [
     "Derived",
     "EnvConfig",
     "ModelConfig",
+    "PanelConfig",
     "PPOConfig",
     "PromptConfig",
     "RunConfig",
     "SamplingConfig",
+    "WatchdogConfig",
     "describe",
     "load_config",
 ]
@@ -71,6 +73,42 @@ class RunConfig:
     """CPU threads of torch (0 = torch's default; 1 is fastest for tiny models on a busy machine)."""
     collective_timeout: float = 600.0
     """Seconds a process waits for the others in a collective before it reports a lost machine and stops."""
+    eval_every: int = 0
+    """Play the held-out validation panel every k updates (and after the last); 0 = never. See [panel]."""
+
+
+@dataclass
+class PanelConfig:
+    episodes: int = 32
+    """Held-out episodes of the validation panel (the same seeds every time)."""
+    seed: int = 900_000
+    """Base seed of the panel's episodes (far from the training seeds, so the panel is held out)."""
+    env_id: str = ""
+    """Env of the panel ("" = env.id), e.g. BALROG's own task while training on an easier one."""
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments of the panel's env, over env.kwargs (a curriculum's stage does not apply), e.g. { room_size = 8 }."""
+    greedy: bool = True
+    """Greedy answers (true) or sampled at sampling.temperature (false)."""
+    num_envs: int = 0
+    """Episodes played at once (0 = env.num_envs)."""
+
+
+@dataclass
+class WatchdogConfig:
+    enabled: bool = True
+    """Roll a collapsed run back to its last good checkpoint with a lower actor learning rate."""
+    invalid_rise: float = 0.3
+    """Collapse: the invalid-action rate is this much above the last good point's (absolute, 0..1)."""
+    entropy_nats: float = 2.0
+    """Collapse: the entropy moved more than this many nats from the last good point's."""
+    capped_share: float = 0.9
+    """Collapse: this share of answers ran to the token cap (when fewer did at the last good point)."""
+    eval_drop_se: float = 3.0
+    """Collapse: panel success fell this many standard errors below the best panel success."""
+    lr_factor: float = 0.5
+    """The actor's learning rate is multiplied by this at each rollback."""
+    max_rollbacks: int = 3
+    """Stop the run (exit 1) at the next collapse after this many rollbacks."""
 
 
 @dataclass
@@ -295,6 +333,10 @@ class Config:
     """The advantage estimator: PPO's critic, or a critic-free group baseline (GRPO, GiGPO, RLOO)."""
     curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
     """Stages of env difficulty, advanced on recent success."""
+    panel: PanelConfig = field(default_factory=PanelConfig)
+    """The held-out validation panel played every run.eval_every updates."""
+    watchdog: WatchdogConfig = field(default_factory=WatchdogConfig)
+    """Collapse detection and rollback."""
 
     def derive(self, world_size: int = 1) -> Derived:
         """The sizes that follow from the config (checked first by :func:`verlog.ppo.validate.validate`)."""

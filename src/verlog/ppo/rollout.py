@@ -77,11 +77,13 @@ class Rollout:
         invalid = tokens = 0
         cuts_before = self.prompts.cuts
         rewards_total = 0.0
+        capped = 0  # answers that ran to the token cap
         for t in range(storage.num_turns):
             start = time.perf_counter()
             samples_out = self.sampler.generate(storage.prompts[t])
             clock["time/generate"] += time.perf_counter() - start
             tokens += sum(len(ids) for ids in samples_out.token_ids)
+            capped += sum(len(ids) >= storage.max_response_tokens for ids in samples_out.token_ids)
 
             start = time.perf_counter()
             samples_text = samples_out.texts
@@ -130,6 +132,7 @@ class Rollout:
         self.episode_counts = {key: len(values) for key, values in episodes.items() if values}
         metrics["charts/episodes"] = float(len(episodes["env/progression"]))
         metrics["charts/response_tokens"] = tokens / turns
+        metrics["charts/capped_share"] = capped / turns
         metrics["charts/generated_tokens"] = float(tokens)
         metrics["env/reward"] = rewards_total / turns
         metrics["env/invalid_action_rate"] = invalid / turns
@@ -354,6 +357,7 @@ class GroupRollout(Rollout):
                 "charts/turns": float(tally["turns"]),  # every turn played, resampled groups' included
                 "groups/trained_turns": float(storage.num_played),
                 "charts/response_tokens": tally["tokens"] / max(tally["turns"], 1),
+                "charts/capped_share": tally["capped"] / max(tally["turns"], 1),
                 "charts/generated_tokens": float(tally["tokens"]),
                 "env/reward": tally["reward"] / max(tally["turns"], 1),
                 "env/invalid_action_rate": tally["invalid"] / max(tally["turns"], 1),
@@ -396,7 +400,7 @@ class GroupRollout(Rollout):
         """Reset the envs in ``play`` (each from its seed) and play their episodes to the end or the turn cap;
         what those envs held in the storage before is replaced."""
         clock, episodes, samples = tally["clock"], tally["episodes"], tally["samples"]
-        for key in ("invalid", "tokens", "truncated", "reward", "turns"):
+        for key in ("invalid", "tokens", "capped", "truncated", "reward", "turns"):
             tally.setdefault(key, 0)
         gigpo = self.algo.advantage == "gigpo"
         subenvs, K = list(self.envs.envs), storage.num_turns
@@ -421,6 +425,7 @@ class GroupRollout(Rollout):
             if not active:
                 continue  # an idle pass that only kept the collective generation in step
             tally["tokens"] += sum(len(ids) for ids in out.token_ids)
+            tally["capped"] += sum(len(ids) >= storage.max_response_tokens for ids in out.token_ids)
             going: list[int] = []
             observations: list[str] = []
             infos: list[dict[str, Any]] = []

@@ -12,8 +12,8 @@ before they are logged; one run folder is chosen by the main process; checkpoint
 
 from __future__ import annotations
 
+import math
 import random
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -23,28 +23,29 @@ import torch
 from verlog.models.loading import LoraSpec, load_tokenizer
 from verlog.models.prompts import prompt_builder
 from verlog.models.sources import resolve_model_path
-from verlog.models.weights import export_pretrained, full_weights, weights_checksum
+from verlog.models.weights import full_weights
 from verlog.ppo.batches import make_batches
 from verlog.ppo.build import build_models
 from verlog.ppo.config import Config
 from verlog.ppo.curriculum import Curriculum, stage_envs
+from verlog.ppo.panel import play_panel
 from verlog.ppo.rollout import score
 from verlog.ppo.storage import TurnStorage
+from verlog.ppo.trainer_checkpoint import TrainerCheckpoints
 from verlog.ppo.update import ppo_update
+from verlog.ppo.watchdog import Watchdog
 from verlog.quiet import attach_run_log
-from verlog.runkit.checkpoint import load_checkpoint, save_checkpoint
 from verlog.runkit.distributed import init_processes, merge_process_metrics, setup
-from verlog.runkit.faults import Guard
-from verlog.runkit.folder import CONFIG_FILE, checkpoint_dir, new_run_dir, rewind
+from verlog.runkit.faults import Diverged, Guard
+from verlog.runkit.folder import CONFIG_FILE, latest_checkpoint, mark_best, new_run_dir
 from verlog.runkit.logger import RunLogger, flat_hyperparameters, tracker_init_kwargs
-from verlog.runkit.manifest import good_checkpoint
 from verlog.runkit.samples import SampleWriter, TurnSample, pick_turns
 from verlog.sampling import Sampler, TransformersSampler, select_backend
 
 __all__ = ["Trainer"]
 
 
-class Trainer:
+class Trainer(TrainerCheckpoints):
     """Builds everything from a :class:`Config` (or resumes a run folder) and runs :meth:`train`."""
 
     def __init__(self, config: Config, *, resume: str | Path | None = None) -> None:
@@ -108,6 +109,8 @@ class Trainer:
             else None
         )
         self.envs = self._make_envs()
+        self.watchdog = Watchdog(config.watchdog) if config.watchdog.enabled else None
+        self.best_score = -math.inf  # the validation panel's best score so far
         prompts = prompt_builder(self.tokenizer, config.prompt, env.id)
         self.rollout, self.storage = make_batches(
             config,
@@ -156,6 +159,10 @@ class Trainer:
         self.guard = Guard(
             ppo, accelerator.device, self.logger.print
         )  # diverged weights, all-skipped updates
+        panel_env = config.panel.env_id or env.id
+        self.panel_prompts = (
+            prompts if panel_env == env.id else prompt_builder(self.tokenizer, config.prompt, panel_env)
+        )
 
     def _build_models(self, lora: LoraSpec | None) -> None:
         """Load and prepare actor, critic and reference (:func:`verlog.ppo.build.build_models`)."""
@@ -215,15 +222,33 @@ class Trainer:
                 self.guard.after_update(0, {}, {"critic": self._guarded()["critic"]})
                 if run.checkpoint_every:
                     self.save()
+            if self.watchdog is not None and latest_checkpoint(self.run_dir) is None:
+                self.save()  # a good point to roll back to before the first update
             started = time.perf_counter()
             while self.update < run.total_updates:
                 metrics = self.train_update()
                 self._next_stage(metrics)
-                self.logger.log(metrics, step=self.global_step)
-                self.guard.after_update(self.update, metrics, self._guarded())
                 last = self.update == run.total_updates or self._out_of_time(started, metrics["time/total"])
-                if last or (run.checkpoint_every and self.update % run.checkpoint_every == 0):
+                if run.eval_every and (last or self.update % run.eval_every == 0):
+                    metrics.update(self._panel())
+                reason = self._collapse(metrics)
+                if reason is not None:
+                    self._roll_back(reason)  # or Collapsed past watchdog.max_rollbacks
+                    continue
+                self.logger.log(metrics, step=self.global_step)
+                best = metrics.get("eval/score", -math.inf) > self.best_score
+                if best or last or (run.checkpoint_every and self.update % run.checkpoint_every == 0):
+                    if self.watchdog is not None:  # healthy and saved: the point a collapse rolls back to
+                        self.watchdog.mark_good(self.update, metrics)
                     self.save()
+                if best:
+                    self.best_score = metrics["eval/score"]
+                    if self.accelerator.is_main_process:
+                        mark_best(
+                            self.run_dir,
+                            self.update,
+                            {k: v for k, v in metrics.items() if k.startswith("eval/")},
+                        )
                 if last:
                     break
             self.logger.summary(updates=self.update, turns=self.global_step, env_id=self.config.env.id)
@@ -232,6 +257,36 @@ class Trainer:
             self.envs.close()
             if self.samples is not None:
                 self.samples.close()
+
+    def _panel(self) -> dict[str, float]:
+        """Play the validation panel on the current weights (:mod:`verlog.ppo.panel`); one console line."""
+        self.sampler.update_weights()
+        metrics = play_panel(self.config, self.sampler, self.panel_prompts)
+        self.sampler.offload()
+        self.logger.print(
+            f"panel at update {self.update}: success {metrics['eval/success']:.2f} ± {metrics['eval/success_se']:.2f}, "
+            f"score {metrics['eval/score']:.1f} ± {metrics['eval/score_se']:.1f}, invalid "
+            f"{metrics['eval/invalid_action_rate']:.2f} ({metrics['eval/episodes']:.0f} episodes, {metrics['time/eval']:.1f}s)"
+        )
+        return metrics
+
+    def _collapse(self, metrics: dict[str, float]) -> str | None:
+        """Why this update looks collapsed (the watchdog's signals or diverged weights), or None; without the
+        watchdog, diverged weights stop the run as before."""
+        try:
+            self.guard.after_update(self.update, metrics, self._guarded())
+        except Diverged as error:
+            if self.watchdog is None:
+                self.logger.log(metrics, step=self.global_step)  # the update that diverged, then the stop
+                raise
+            return str(error)
+        if self.watchdog is None:
+            return None
+        if not self.watchdog.good:  # the first update's behaviour is the reference until a checkpoint
+            self.watchdog.mark_good(self.watchdog.good_update, metrics)
+        metrics["watchdog/rollbacks"] = float(self.watchdog.rollbacks)
+        metrics["watchdog/actor_lr"] = self.config.ppo.actor_lr * self.watchdog.lr_scale
+        return self.watchdog.check(metrics)
 
     def _out_of_time(self, started: float, last_update_s: float) -> bool:
         """Whether one more update would end past ``run.max_minutes`` (the main process decides for all)."""
@@ -393,71 +448,3 @@ class Trainer:
         from accelerate.utils import gather_object
 
         return merge_process_metrics(gather_object([(metrics, episode_counts)]))
-
-    # ------------------------------------------------------------------ checkpoints
-    def save(self) -> Path:
-        clock = time.perf_counter()
-        state = {
-            "update": self.update,
-            "global_step": self.global_step,
-            "warmed_up": self.warmed_up,
-            "storage": self.storage.state_dict(),
-            "rollout": self.rollout.state_dict(),
-            "prompt_cuts": self.rollout.prompts.cuts,
-            "sample_rng": self.sample_rng.getstate(),
-            "curriculum": self.curriculum.state_dict() if self.curriculum else None,
-            # This process's view of the weights: every process holds the same unless their sync failed.
-            "weights_checksum": [
-                weights_checksum(self._unwrap(m), self.dist.gathered)
-                for m in (self.actor, self.critic)
-                if m is not None
-            ],
-        }
-        path = save_checkpoint(
-            self.run_dir,
-            self.update,
-            accelerator=self.accelerator,
-            trainer_state=state,
-            envs=list(self.envs.call("replay_state")),
-            export=self._export if self.config.run.export_actor else None,
-            keep=self.config.run.keep_checkpoints,
-            more_states=self._more_states(),
-        )
-        self.logger.print(f"checkpoint {path} ({time.perf_counter() - clock:.1f}s)")
-        return path
-
-    def _more_states(self) -> dict[str, Any]:
-        """The critic's accelerator, when it is not the actor's (DeepSpeed: one engine per model)."""
-        separate = self.critic is not None and self.dist.critic is not self.dist.actor
-        return {"critic_state": self.dist.critic} if separate else {}
-
-    def _export(self, folder: Path) -> None:
-        """The actor as a plain HF model (ZeRO-3 shards gathered, LoRA merged) and the tokenizer."""
-        main = self.accelerator.is_main_process
-        export_pretrained(self._unwrap(self.actor), folder, gathered=self.dist.gathered, write=main)
-        if main:
-            self.tokenizer.save_pretrained(folder)
-
-    def _resume(self) -> None:
-        main = self.accelerator.is_main_process
-        path, passed_over = good_checkpoint(checkpoint_dir(self.run_dir), set_aside=main)
-        for line in passed_over if main else ():
-            print(f"warning: {line}; resuming from {path.name}", file=sys.stderr, flush=True)
-        state, envs = load_checkpoint(path, accelerator=self.accelerator, more_states=self._more_states())
-        if self.curriculum is not None and state.get("curriculum"):  # the stage's envs, then their episodes
-            self.curriculum.load_state_dict(state["curriculum"])
-            self.envs.close()
-            self.envs = self.rollout.envs = self._make_envs()
-        if envs is None or len(envs) != self.envs.num_envs:
-            raise ValueError(f"{path} holds no env states for {self.envs.num_envs} sub-envs")
-        self.envs.set_attr("replay_state", envs)  # replays each sub-env's episode (seed + actions)
-        self.storage.load_state_dict(state["storage"])
-        self.rollout.load_state_dict(state["rollout"])
-        self.update = state["update"]
-        self.global_step = state["global_step"]
-        self.warmed_up = state["warmed_up"]
-        self.rollout.prompts.cuts = state["prompt_cuts"]
-        version, internal, gauss = state["sample_rng"]
-        self.sample_rng.setstate((version, tuple(internal), gauss))
-        if main:  # rows logged after this checkpoint are logged again: move the old ones aside
-            rewind(self.run_dir, self.update)

@@ -44,6 +44,7 @@ def problems(config: Config, resume: str | Path | None = None) -> list[str]:
     found += _trackers(config)
     found += _env(config)
     found += _curriculum(config)
+    found += [*_watchdog(config), *_panel(config)]
     model = config.model
     if not (model.build or model.build_tiny) and model.path:
         found += _model_path("model.path", model.path)
@@ -282,6 +283,37 @@ def _curriculum(config: Config) -> list[str]:
             return found  # said once, under env.id
         except Exception as error:  # the env's own check of a value
             found.append(f"curriculum.stages[{k}]: {env.id} rejects {stage}: {' '.join(str(error).split())}")
+    return found
+
+
+def _watchdog(config: Config) -> Iterator[str]:
+    w = config.watchdog
+    if min(w.invalid_rise, w.entropy_nats, w.eval_drop_se) <= 0 or not 0.0 < w.capped_share <= 1.0:
+        yield "watchdog.invalid_rise, entropy_nats and eval_drop_se must be > 0 and watchdog.capped_share in (0, 1]"
+    if not 0.0 < w.lr_factor < 1.0 or w.max_rollbacks < 0:
+        yield f"watchdog.lr_factor must be in (0, 1) and watchdog.max_rollbacks >= 0, got {w.lr_factor} and {w.max_rollbacks}"
+
+
+def _panel(config: Config) -> list[str]:
+    """The panel's size, and its env as the panel builds it (another id or other keyword arguments)."""
+    import gymnasium as gym
+
+    from verlog.vector import check_env_kwargs
+
+    run, panel = config.run, config.panel
+    found = []
+    if run.eval_every < 0 or panel.episodes < 1 or panel.num_envs < 0:
+        found.append(
+            f"run.eval_every must be >= 0, panel.episodes >= 1 and panel.num_envs >= 0, got {run.eval_every}, "
+            f"{panel.episodes} and {panel.num_envs}"
+        )
+    if run.eval_every and (panel.env_id or panel.env_kwargs):
+        env_id, kwargs = panel.env_id or config.env.id, {**config.env.kwargs, **panel.env_kwargs}
+        try:
+            check_env_kwargs(env_id, kwargs)
+            gym.make(env_id, **kwargs).close()
+        except Exception as error:
+            found.append(f"panel: {env_id} with {kwargs} cannot be made: {' '.join(str(error).split())}")
     return found
 
 

@@ -55,6 +55,21 @@ CHARTS = (
     ),
     Chart("success.png", "Games", "Success rate", (Panel("success", "env/success", ("success",)),)),
     Chart(
+        "panel.png",
+        "Games",
+        "Validation panel (held-out episodes)",
+        (
+            Panel("panel success", "eval/success"),
+            Panel("panel invalid-action rate", "eval/invalid_action_rate"),
+        ),
+    ),
+    Chart(
+        "curriculum.png",
+        "Games",
+        "Curriculum stage and watchdog rollbacks",
+        (Panel("curriculum stage", "curriculum/stage"), Panel("rollbacks", "watchdog/rollbacks")),
+    ),
+    Chart(
         "invalid_actions.png",
         "Games",
         "Invalid-action rate",

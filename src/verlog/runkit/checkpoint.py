@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from verlog.runkit.folder import checkpoint_dir, checkpoint_name, is_checkpoint_name
+from verlog.runkit.folder import best_checkpoint, checkpoint_dir, checkpoint_name, is_checkpoint_name
 from verlog.runkit.manifest import CheckpointError, write_manifest
 
 __all__ = ["load_checkpoint", "save_checkpoint"]
@@ -91,8 +91,10 @@ def save_checkpoint(
         os.replace(tmp, final)
         _fsync_dir(root)
         complete = sorted(p for p in root.iterdir() if p.is_dir() and is_checkpoint_name(p.name))
+        best = best_checkpoint(run_dir)  # the validation panel's best stays beside the newest
         for old in complete[:-keep]:
-            shutil.rmtree(old, ignore_errors=True)
+            if old != best:
+                shutil.rmtree(old, ignore_errors=True)
         for stray in root.glob(".tmp-*"):
             shutil.rmtree(stray, ignore_errors=True)
     accelerator.wait_for_everyone()

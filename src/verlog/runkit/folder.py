@@ -7,6 +7,7 @@
         metrics.jsonl      one JSON row per update (and per critic warm-up iteration)
         samples.jsonl      a few sampled turns, prompts decoded
         console.log        the libraries' notices (verlog.quiet)
+        best.json          which checkpoint scored best on the validation panel (kept through rotation)
         checkpoints/NNNNNN/  one folder per saved update, six digits (see verlog.runkit.checkpoint)
 
 The learner writes these files, the evaluation and the report read them; all three name them through this
@@ -21,16 +22,19 @@ import re
 from pathlib import Path
 
 __all__ = [
+    "BEST_FILE",
     "CHECKPOINTS",
     "CONFIG_FILE",
     "METRICS_FILE",
     "SAMPLES_FILE",
     "RunNotFoundError",
+    "best_checkpoint",
     "checkpoint_dir",
     "checkpoint_name",
     "is_checkpoint_name",
     "is_run_dir",
     "latest_checkpoint",
+    "mark_best",
     "new_run_dir",
     "resolve_run",
     "rewind",
@@ -40,6 +44,7 @@ CONFIG_FILE = "config.toml"
 METRICS_FILE = "metrics.jsonl"
 SAMPLES_FILE = "samples.jsonl"
 CHECKPOINTS = "checkpoints"
+BEST_FILE = "best.json"
 _CHECKPOINT_NAME = re.compile(r"^\d{6}$")
 
 
@@ -74,6 +79,26 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
         return None
     done = sorted(p for p in root.iterdir() if p.is_dir() and is_checkpoint_name(p.name))
     return done[-1] if done else None
+
+
+def mark_best(run_dir: str | Path, update: int, record: dict[str, float]) -> None:
+    """Record checkpoint ``update`` as the run's best (``record``: what made it best), atomically."""
+    path = Path(run_dir) / BEST_FILE
+    tmp = path.with_name(f".{BEST_FILE}.tmp")
+    tmp.write_text(
+        json.dumps({"checkpoint": checkpoint_name(update), "update": update, **record}, indent=1) + "\n"
+    )
+    os.replace(tmp, path)
+
+
+def best_checkpoint(run_dir: str | Path) -> Path | None:
+    """The checkpoint ``best.json`` names, when it is there (None when the run has no best yet)."""
+    path = Path(run_dir) / BEST_FILE
+    if not path.is_file():
+        return None
+    name = json.loads(path.read_text()).get("checkpoint", "")
+    folder = checkpoint_dir(run_dir) / name
+    return folder if is_checkpoint_name(name) and folder.is_dir() else None
 
 
 def new_run_dir(output_dir: str | Path, name: str) -> Path:

@@ -1,0 +1,113 @@
+"""Collapse detection: the signs that a run has gone bad, each compared with the run's last good point.
+
+The peers' users report the same failure again and again: answers degenerate into garbage or one repeated
+action, response length runs to the cap, the valid-action rate crashes, and nothing notices until the run
+ends. After every update :meth:`Watchdog.check` compares the update's metrics with those of the newest
+checkpoint the run saved while healthy (:meth:`Watchdog.mark_good`):
+
+- the invalid-action rate rose more than ``watchdog.invalid_rise`` (absolute) above the good point's;
+- the policy's entropy moved more than ``watchdog.entropy_nats`` from the good point's, either way (a policy
+  that collapses onto one answer, or one that dissolves into noise);
+- at least ``watchdog.capped_share`` of the answers ran to the token cap, where fewer did at the good point;
+- the validation panel's success fell more than ``watchdog.eval_drop_se`` standard errors below its best;
+- and the divergence guard's own stop (weights past ``ppo.max_weight_abs``: :mod:`verlog.runkit.faults`).
+
+On a collapse the trainer rolls back (its exact-resume path), multiplies the actor's learning rate by
+``watchdog.lr_factor`` and goes on; past ``watchdog.max_rollbacks`` the run stops with :class:`Collapsed`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["Collapsed", "Watchdog"]
+
+#: The metrics a good point remembers.
+SIGNALS = ("env/invalid_action_rate", "losses/entropy", "charts/capped_share")
+
+
+class Collapsed(RuntimeError):
+    """The run collapsed again after its last allowed rollback; the message is one line."""
+
+
+class Watchdog:
+    """The last good point, the best panel result, and how many rollbacks the run has had."""
+
+    def __init__(self, config: Any) -> None:
+        self.config = config  # a WatchdogConfig
+        self.good: dict[str, float] = {}
+        self.good_update = 0
+        self.best_eval: tuple[float, float] | None = None  # (success, its SE) of the best panel so far
+        self.rollbacks = 0
+        self.lr_scale = 1.0
+
+    def mark_good(self, update: int, metrics: Mapping[str, float]) -> None:
+        """A checkpoint was saved at ``update`` with these metrics: the point to come back to."""
+        self.good_update = update
+        self.good = {key: float(metrics[key]) for key in SIGNALS if math.isfinite(metrics.get(key, math.nan))}
+
+    def check(self, metrics: Mapping[str, float]) -> str | None:
+        """Why this update's metrics look collapsed (one phrase), or None."""
+        cfg, good = self.config, self.good
+
+        def moved(key: str) -> float | None:
+            value = metrics.get(key, math.nan)
+            return value - good[key] if key in good and math.isfinite(value) else None
+
+        rise = moved("env/invalid_action_rate")
+        if rise is not None and rise > cfg.invalid_rise:
+            return (
+                f"the invalid-action rate rose by {rise:.2f} (watchdog.invalid_rise = {cfg.invalid_rise:g})"
+            )
+        shift = moved("losses/entropy")
+        if shift is not None and abs(shift) > cfg.entropy_nats:
+            return f"the entropy moved by {shift:+.2f} nats (watchdog.entropy_nats = {cfg.entropy_nats:g})"
+        capped = metrics.get("charts/capped_share", math.nan)
+        if capped >= cfg.capped_share > good.get("charts/capped_share", 1.0):
+            return f"{capped:.0%} of the answers ran to the token cap (watchdog.capped_share = {cfg.capped_share:g})"
+        return self.check_eval(metrics)
+
+    def check_eval(self, metrics: Mapping[str, float]) -> str | None:
+        """The panel's success against its best so far (and remember a new best)."""
+        success, se = metrics.get("eval/success", math.nan), metrics.get("eval/success_se", math.nan)
+        if not math.isfinite(success):
+            return None
+        if self.best_eval is not None:
+            best, best_se = self.best_eval
+            margin = self.config.eval_drop_se * max(math.hypot(se, best_se), 1e-9)
+            if success < best - margin:
+                return (
+                    f"panel success fell to {success:.2f} from its best {best:.2f} (more than "
+                    f"watchdog.eval_drop_se = {self.config.eval_drop_se:g} SE)"
+                )
+        if self.best_eval is None or success > self.best_eval[0]:
+            self.best_eval = (success, se if math.isfinite(se) else 0.0)
+        return None
+
+    def roll_back(self, reason: str) -> None:
+        """Count a rollback (and lower the learning rate), or raise :class:`Collapsed` past the last one."""
+        if self.rollbacks >= self.config.max_rollbacks:
+            raise Collapsed(
+                f"the run collapsed again ({reason}) after {self.rollbacks} rollback(s) "
+                f"(watchdog.max_rollbacks = {self.config.max_rollbacks})"
+            )
+        self.rollbacks += 1
+        self.lr_scale *= self.config.lr_factor
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "good": self.good,
+            "good_update": self.good_update,
+            "best_eval": list(self.best_eval) if self.best_eval else None,
+            "rollbacks": self.rollbacks,
+            "lr_scale": self.lr_scale,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.good = {k: float(v) for k, v in state["good"].items()}
+        self.good_update = int(state["good_update"])
+        self.best_eval = tuple(state["best_eval"]) if state["best_eval"] else None  # type: ignore[assignment]
+        self.rollbacks = int(state["rollbacks"])
+        self.lr_scale = float(state["lr_scale"])

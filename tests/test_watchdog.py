@@ -1,0 +1,147 @@
+"""The collapse watchdog rolls a collapsed run back to its last good checkpoint with a lower learning rate,
+never touches a healthy run, and stops with one line after its last rollback; the validation panel plays
+held-out episodes during training and keeps its best checkpoint for `verlog eval --checkpoint best`."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from verlog.ppo.config import WatchdogConfig, load_config
+from verlog.ppo.trainer import Trainer
+from verlog.ppo.validate import validate
+from verlog.ppo.watchdog import Collapsed, Watchdog
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# ------------------------------------------------------------------ the signals, by hand
+def test_each_signal_is_measured_from_the_last_good_point() -> None:
+    dog = Watchdog(WatchdogConfig())
+    dog.mark_good(4, {"env/invalid_action_rate": 0.1, "losses/entropy": 5.0, "charts/capped_share": 0.2})
+    assert (
+        dog.check({"env/invalid_action_rate": 0.35, "losses/entropy": 4.0, "charts/capped_share": 0.5})
+        is None
+    )
+    assert "invalid-action rate rose by 0.35" in dog.check({"env/invalid_action_rate": 0.45})
+    assert "entropy moved by -2.50 nats" in dog.check({"losses/entropy": 2.5})
+    assert "entropy moved by +2.10 nats" in dog.check({"losses/entropy": 7.1})  # noise is a collapse too
+    assert "ran to the token cap" in dog.check({"charts/capped_share": 0.95})
+    capped = Watchdog(WatchdogConfig())
+    capped.mark_good(0, {"charts/capped_share": 0.97})  # a model that always ran long: not a new sign
+    assert capped.check({"charts/capped_share": 1.0}) is None
+
+
+def test_panel_success_falling_by_k_standard_errors_is_a_collapse() -> None:
+    dog = Watchdog(WatchdogConfig(eval_drop_se=3.0))
+    assert dog.check({"eval/success": 0.5, "eval/success_se": 0.05}) is None  # the first panel is the best
+    assert dog.check({"eval/success": 0.35, "eval/success_se": 0.05}) is None  # 2.1 SE below: noise
+    assert "panel success fell to 0.20 from its best 0.50" in dog.check(
+        {"eval/success": 0.2, "eval/success_se": 0.05}
+    )
+
+
+def test_rollbacks_lower_the_rate_until_the_last_then_stop() -> None:
+    dog = Watchdog(WatchdogConfig(lr_factor=0.5, max_rollbacks=2))
+    dog.roll_back("x")
+    dog.roll_back("x")
+    assert (dog.rollbacks, dog.lr_scale) == (2, 0.25)
+    with pytest.raises(Collapsed, match=r"collapsed again \(y\) after 2 rollback\(s\)"):
+        dog.roll_back("y")
+    again = Watchdog(WatchdogConfig())
+    again.load_state_dict(json.loads(json.dumps(dog.state_dict())))
+    assert (again.rollbacks, again.lr_scale) == (2, 0.25)
+
+
+# ------------------------------------------------------------------ real runs of the tiny preset
+def _tiny(tmp_path: Path, *overrides: str) -> Trainer:
+    config = load_config(
+        ROOT / "envs" / "tiny.toml",
+        [
+            f"run.output_dir={tmp_path / 'runs'}",
+            f"model.path={tmp_path / 'model'}",
+            "run.console=false",
+            "env.num_envs=2",
+            "ppo.turns_per_update=4",
+            "ppo.critic_warmup_batches=0",
+            "ppo.critic_warmup_iters=0",
+            *overrides,
+        ],  # fmt: skip
+    )
+    validate(config)
+    return Trainer(config)
+
+
+def _rows(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_a_forced_collapse_rolls_back_lowers_the_rate_and_the_run_goes_on(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trainer = _tiny(
+        tmp_path,
+        "ppo.actor_lr=3.0",
+        "run.total_updates=5",
+        "run.checkpoint_every=2",
+        "watchdog.lr_factor=0.001",
+    )
+    trainer.train()
+    said = capsys.readouterr()
+    lines = [line for line in (said.out + said.err).splitlines() if line.startswith("watchdog: ")]
+    assert len(lines) == 1 and "rolled back to checkpoint 000000" in lines[0] and "actor lr 0.003" in lines[0]
+    rows = [r for r in _rows(trainer.run_dir) if "watchdog/rollbacks" in r]
+    assert [r["update"] for r in rows] == [
+        1,
+        2,
+        3,
+        4,
+        5,
+    ]  # the collapsed updates moved to metrics.dropped.jsonl
+    assert rows[-1]["watchdog/rollbacks"] == 1 and math.isclose(rows[-1]["watchdog/actor_lr"], 0.003)
+    assert trainer.update == 5 and (trainer.run_dir / "metrics.dropped.jsonl").is_file()
+    assert all(math.isclose(g["lr"], 0.003) for g in trainer.actor_optimizer.param_groups)
+
+
+def test_a_healthy_run_never_rolls_back_and_the_panel_keeps_its_best(tmp_path: Path) -> None:
+    trainer = _tiny(
+        tmp_path, "run.total_updates=4", "run.checkpoint_every=1", "run.keep_checkpoints=1", "run.eval_every=2",
+        "panel.episodes=3", "panel.env_kwargs={ max_episode_steps = 4 }",
+    )  # fmt: skip
+    trainer.train()
+    rows = _rows(trainer.run_dir)
+    updates = [r for r in rows if "watchdog/rollbacks" in r]
+    assert len(updates) == 4 and all(r["watchdog/rollbacks"] == 0 for r in updates)
+    panels = [r for r in rows if "eval/success" in r]
+    assert [r["update"] for r in panels] == [2, 4]
+    assert all(r["eval/episodes"] == 3 and 0 <= r["eval/invalid_action_rate"] <= 1 for r in panels)
+    best = json.loads((trainer.run_dir / "best.json").read_text())
+    assert (trainer.run_dir / "checkpoints" / best["checkpoint"]).is_dir()  # kept through keep_checkpoints=1
+    done = subprocess.run(
+        [sys.executable, "-m", "verlog", "eval", str(trainer.run_dir), "--checkpoint", "best", "--suite",
+         "verlog/BabyAI-GoTo-v0", "--episodes", "1", "--env-kwargs", "{ max_episode_steps = 2 }", "--quiet",
+         "--out", str(tmp_path / "eval")],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads((tmp_path / "eval" / "settings.json").read_text())["agent"]["model"].endswith(
+        f"{best['checkpoint']}/actor"
+    )
+
+
+def test_past_its_last_rollback_the_script_stops_with_one_line(tmp_path: Path) -> None:
+    command = [
+        sys.executable, "agents/ppo.py", "--config", "envs/tiny.toml", f"run.output_dir={tmp_path}",
+        f"model.path={tmp_path / 'model'}", "run.total_updates=3", "ppo.actor_lr=3.0", "watchdog.max_rollbacks=0",
+        "run.console=false",
+    ]  # fmt: skip
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert "the run collapsed again" in last and "watchdog.max_rollbacks = 0" in last and "--resume" in last
