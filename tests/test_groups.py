@@ -17,6 +17,7 @@ import torch
 from toy_env import TOY_ID
 
 import verlog
+from verlog.envs.base import STATE_KEY
 from verlog.memory import MEMORIES, RAW_KEY, wrap_memory
 from verlog.models.loading import load_models
 from verlog.models.prompts import PromptBuilder
@@ -29,7 +30,7 @@ from verlog.ppo.advantages import (
     group_advantages,
 )
 from verlog.ppo.config import AlgoConfig, ConfigError, load_config
-from verlog.ppo.rollout import GroupRollout
+from verlog.ppo.rollout import GroupRollout, anchor_of
 from verlog.ppo.storage import GroupStorage
 from verlog.ppo.trainer import Trainer
 from verlog.ppo.validate import anchor_problem, validate
@@ -53,7 +54,7 @@ def test_grpo_ties_mean_and_mean_std() -> None:
     assert _flat(std) == pytest.approx([expected] * 3 + [-expected] * 4)
     mean = group_advantages(rewards, 4, std=False)
     assert _flat(mean) == pytest.approx([0.5] * 3 + [-0.5] * 4)
-    assert std.no_signal_episodes == 0
+    assert std.signal == [True] and std.no_signal_groups == 0
 
 
 def test_grpo_groups_are_separate_and_all_equal_groups_give_nothing() -> None:
@@ -61,18 +62,41 @@ def test_grpo_groups_are_separate_and_all_equal_groups_give_nothing() -> None:
     rewards = [[2.0], [0.0], [1.0, 2.0], [3.0], [0.0, 1.0], [0.0]]
     result = group_advantages(rewards, 2, std=False)
     assert _flat(result) == pytest.approx([1.0, -1.0, 0.0, 0.0, 0.0, 0.5, 0.5, -0.5])
-    assert result.no_signal_episodes == 2
+    assert result.signal == [True, False, True]
     # with std: a two-episode group with different returns gives +-1/sqrt(2) (sample std |a-b|/sqrt(2))
     scaled = group_advantages(rewards, 2, std=True)
     assert scaled.turns[0][0] == pytest.approx(1.0 / (math.sqrt(2.0) + EPS))
     assert list(scaled.turns[2]) == [0.0, 0.0]
 
 
-def test_a_group_of_one_keeps_its_return() -> None:
-    # no baseline: mean 0, std 1 (verl's convention), so G = 1 is REINFORCE without a baseline
+def test_a_group_of_one_episode_keeps_its_return_when_pooled_over_episodes() -> None:
+    # one row, no baseline: mean 0, std 1, as verl-agent's per-episode option, so G = 1 is plain REINFORCE
     for std in (False, True):
         assert list(episode_advantages([2.0, -1.0, 0.0], 1, std=std)) == [2.0, -1.0, 0.0]
-    assert group_advantages([[1.0], [0.0]], 1, std=True).no_signal_episodes == 0
+    assert group_advantages([[1.0], [0.0]], 1, std=True).signal == [True, False]  # a 0 return moves nothing
+
+
+def test_pooled_over_turns_long_episodes_weigh_more() -> None:
+    # returns 1 (two turns) and 0 (one turn): rows 1, 1, 0, mean 2/3 (per episode it would be 1/2)
+    rewards = [[0.0, 1.0], [0.0]]
+    mean = group_advantages(rewards, 2, std=False, pool="turn")
+    assert _flat(mean) == pytest.approx([1 / 3, 1 / 3, -2 / 3])
+    scaled = group_advantages(rewards, 2, std=True, pool="turn")
+    row_std = math.sqrt((2 * (1 / 3) ** 2 + (2 / 3) ** 2) / 2)  # Bessel over the three rows
+    assert _flat(scaled) == pytest.approx([1 / 3 / (row_std + EPS)] * 2 + [-2 / 3 / (row_std + EPS)])
+    # a group of one episode of two turns: its rows are its own baseline, nothing to learn (verl-agent's default)
+    assert _flat(group_advantages([[0.0, 1.0]], 1, std=False, pool="turn")) == [0.0, 0.0]
+
+
+def test_rloo_subtracts_the_mean_of_the_other_episodes() -> None:
+    # returns 1, 0, 0, 1: A_i = R_i - (2 - R_i) / 3 = 4/3 (R_i - 1/2), whatever the norm
+    rewards = [[1.0], [0.0], [0.0, 0.0], [0.0, 1.0]]
+    for std in (False, True):
+        result = group_advantages(rewards, 4, std=std, baseline="loo")
+        assert _flat(result) == pytest.approx([2 / 3, -2 / 3, -2 / 3, -2 / 3, 2 / 3, 2 / 3])
+    assert group_advantages([[1.0], [1.0]], 2, std=False, baseline="loo").signal == [False]
+    with pytest.raises(ValueError, match="at least 2"):
+        episode_advantages([1.0], 1, std=False, baseline="loo")
 
 
 def test_truncated_episodes_count_the_rewards_they_got() -> None:
@@ -100,7 +124,7 @@ def test_gigpo_with_all_equal_returns_still_has_a_step_signal() -> None:
     # both episodes succeed (no episode signal), but from state "a" one took longer: the step term tells them apart
     rewards = [[0.0, 1.0], [1.0]]
     result = group_advantages(rewards, 2, std=True, anchors=[["a", "b"], ["a"]], step_gamma=0.9)
-    assert result.no_signal_episodes == 2
+    assert result.signal == [True]  # equal returns, yet the step term tells the turns apart
     step = 0.1 / 2 / (np.std([0.9, 1.0], ddof=1) + EPS)  # (0.9 - 0.95) / std, (1 - 0.95) / std
     assert list(result.turns[0]) == pytest.approx([-step, 0.0]) and list(result.turns[1]) == pytest.approx(
         [step]
@@ -146,17 +170,35 @@ def test_anchor_states_match_the_raw_observation_not_the_memory_text() -> None:
     assert sorted(result.step_groups) == [1, 1, 4]
 
 
+def test_the_same_state_after_a_valid_and_an_invalid_answer_is_one_anchor() -> None:
+    """With invalid_action_feedback on, the note about an invalid answer heads the next observation; GiGPO
+    matches on the state (info["state_text"]), so "go forward" and garbage that falls back to it meet."""
+    seen, shown = [], []
+    for answer in ("go forward", "xyzzy, no idea"):
+        env = wrap_memory(gym.make(GOTO, invalid_action_feedback=True), "history", turns=2)
+        env.reset(seed=5)
+        obs, _, _, _, info = env.step(answer)
+        seen.append(anchor_of(info, 0))
+        shown.append(info[RAW_KEY])
+        env.close()
+    assert shown[0] != shown[1] and shown[1].startswith("Your previous response did not name a valid action")
+    assert seen[0] == seen[1] == shown[0]
+    result = group_advantages([[0.0], [1.0]], 2, std=False, anchors=[[seen[0]], [seen[1]]])
+    assert result.step_groups == [2]  # one step group: the step term compares the two answers
+
+
 def test_gigpo_refuses_a_memory_that_hides_the_observation() -> None:
     class Hidden(gym.Wrapper):
         """A memory that shows its own text and does not report the env's observation."""
 
         def reset(self, **kwargs):
             _, info = self.env.reset(**kwargs)
-            return "remember nothing", {k: v for k, v in info.items() if k != RAW_KEY}
+            return "remember nothing", {k: v for k, v in info.items() if k not in (RAW_KEY, STATE_KEY)}
 
         def step(self, action):
             _, reward, term, trunc, info = self.env.step(action)
-            return "remember nothing", reward, term, trunc, {k: v for k, v in info.items() if k != RAW_KEY}
+            hidden = {k: v for k, v in info.items() if k not in (RAW_KEY, STATE_KEY)}
+            return "remember nothing", reward, term, trunc, hidden
 
     assert "does not report it in info" in anchor_problem(Hidden(gym.make(GOTO)), Hidden)
     for memory in MEMORIES:  # every built-in memory reports it
@@ -181,7 +223,9 @@ def _rollout(model_path: Path, algo: AlgoConfig, seed: int = 3) -> tuple[GroupRo
 
 
 def test_group_members_start_in_the_same_state_and_runs_replay(model_path: Path) -> None:
-    algo = AlgoConfig(advantage="gigpo", group_size=2, max_episode_turns=5)
+    algo = AlgoConfig(
+        advantage="gigpo", group_size=2, max_episode_turns=5, resample_attempts=0, filter_no_signal=False
+    )
     rollout, storage = _rollout(model_path, algo)
     assert rollout.group_seeds() == [3, 3, 4, 4]
     starts = []
@@ -264,7 +308,7 @@ def test_a_grpo_run_has_no_critic_anywhere(tmp_path: Path, model_path: Path) -> 
     resumed = Trainer(
         load_config(trainer.run_dir / "config.toml", ["run.total_updates=3"]), resume=trainer.run_dir
     )
-    assert resumed.critic is None and resumed.rollout.batches == 2
+    assert resumed.critic is None and resumed.rollout.batches == trainer.rollout.batches
     resumed.train()
     assert resumed.update == 3
 
@@ -273,12 +317,11 @@ def test_a_grpo_run_has_no_critic_anywhere(tmp_path: Path, model_path: Path) -> 
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (['algo.advantage="a2c"'], "algo.advantage must be one of ['gae', 'grpo', 'gigpo']"),
+        (['algo.advantage="a2c"'], "algo.advantage must be one of ['gae', 'grpo', 'gigpo', 'rloo']"),
         (['algo.advantage="grpo"', "env.num_envs=6", "algo.group_size=4"], "does not divide into groups"),
-        (
-            ['algo.advantage="gigpo"', "ppo.critic_warmup_batches=1", "ppo.critic_warmup_iters=1"],
-            "has no critic",
-        ),
+        (['algo.advantage="rloo"', "env.num_envs=1", "ppo.num_minibatches=1"], "groups of 1 have none"),
+        (['algo.advantage="rloo"', 'algo.pool="turn"'], 'fix: algo.pool="episode"'),
+        (['algo.advantage="grpo"', "algo.resample_attempts=-1"], "algo.resample_attempts must be >= 0"),
         (['algo.advantage="grpo"', 'env.vectorization_mode="async"'], 'fix: env.vectorization_mode="sync"'),
     ],
 )
@@ -312,3 +355,25 @@ def test_a_bad_group_size_stops_the_script_before_any_model_loads(tmp_path: Path
         in done.stderr.strip().splitlines()[-1]
     )
     assert "Traceback" not in done.stderr and not model.exists()
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "gigpo", "rloo"])
+def test_the_tiny_preset_runs_each_critic_free_estimator_with_no_other_key(estimator: str) -> None:
+    config = load_config(ROOT / "envs" / "tiny.toml", [f'algo.advantage="{estimator}"'])
+    validate(config)  # 4 envs: groups of 4; the preset's critic pre-training does not apply (no critic)
+    assert config.algo.groups_of(config.env.num_envs) == 4
+
+
+def test_dynamic_sampling_plays_groups_without_signal_again_and_leaves_the_rest_out(model_path: Path) -> None:
+    algo = AlgoConfig(advantage="grpo", group_size=2, max_episode_turns=3, resample_attempts=2)
+    rollout, storage = _rollout(model_path, algo)
+    torch.manual_seed(0)
+    metrics = rollout.collect(storage)
+    draws = rollout.batches
+    assert 1 <= draws <= 3 and metrics["groups/resampled_groups"] >= draws - 1
+    assert (draws > 1) == (metrics["groups/no_signal_share"] > 0)
+    kept = [k for k in range(2) if bool(storage.active[:, 2 * k : 2 * k + 2].any())]
+    signal = [k for k in range(2) if bool(storage.turn_advantages[:, 2 * k : 2 * k + 2].abs().sum() > 0)]
+    assert metrics["groups/filtered_share"] == (2 - len(kept)) / 2
+    assert kept == (signal or [0, 1])  # what has a signal is trained on; all of it when nothing has
+    assert rollout.group_seeds()[0] == 3 + 2 * draws  # one fresh seed draw per attempt (stride 2)

@@ -94,8 +94,11 @@ def test_the_script_stops_with_one_line_before_loading_anything(tmp_path: Path, 
 
 
 def test_every_problem_of_a_config_is_reported_at_once_each_with_its_fix() -> None:
-    """Switching the tiny preset to a critic-free estimator with a bad group size: both problems in one go."""
-    config = load_config(ROOT / "envs" / "tiny.toml", ['algo.advantage="grpo"', "algo.group_size=8"])
+    """A critic-free estimator on the tiny preset with two settings it cannot use: both in one go."""
+    config = load_config(
+        ROOT / "envs" / "tiny.toml",
+        ['algo.advantage="grpo"', "algo.group_size=8", 'env.vectorization_mode="async"'],
+    )
     with pytest.raises(ConfigError) as raised:
         validate(config)
     lines = str(raised.value).splitlines()
@@ -104,7 +107,7 @@ def test_every_problem_of_a_config_is_reported_at_once_each_with_its_fix() -> No
         "env.num_envs = 4 does not divide into groups of algo.group_size = 8 (fix: algo.group_size=4"
         in lines[1]
     )
-    assert "has no critic (fix: ppo.critic_warmup_batches=0 ppo.critic_warmup_iters=0)" in lines[2]
+    assert """steps each group's envs itself (fix: env.vectorization_mode="sync")""" in lines[2]
 
 
 def test_the_script_prints_every_problem_on_its_own_line_and_exits_2(tmp_path: Path) -> None:

@@ -9,7 +9,9 @@ A game subclasses :class:`TextEnv` and fills in four hooks (``_new_episode``, ``
   default action (or ``invalid_action_fallback``, when given) runs, the step is counted in
   ``info["invalid_actions"]``, ``invalid_action_penalty`` is *added* to that step's reward, and (when
   ``invalid_action_feedback``) a short note goes in front of the returned observation;
-* ``info`` always carries :data:`INFO_KEYS` next to the game's own fields.
+* ``info`` always carries :data:`INFO_KEYS` next to the game's own fields, among them ``state_text``: the
+  observation without that note, so the same state reached after a valid and after an invalid answer has the
+  same text (GiGPO groups turns by it).
 """
 
 from __future__ import annotations
@@ -24,10 +26,12 @@ from gymnasium import spaces
 
 from verlog.envs.parsing import ParsedAction, parse_action
 
-__all__ = ["INFO_KEYS", "PRINTABLE", "TextEnv", "text_space"]
+__all__ = ["INFO_KEYS", "PRINTABLE", "STATE_KEY", "TextEnv", "text_space"]
 
 #: Every character a text observation or action may hold: printable ASCII plus whitespace.
 PRINTABLE = string.printable
+#: The info key of the observation without the invalid-action note (one text per game state).
+STATE_KEY = "state_text"
 #: Keys present in every ``info`` of every verlog env, at reset and at every step.
 INFO_KEYS = (
     "instruction",
@@ -37,6 +41,7 @@ INFO_KEYS = (
     "executed_action",
     "progression",
     "invalid_actions",
+    "state_text",
 )
 
 
@@ -150,11 +155,12 @@ class TextEnv(gym.Env[str, str], ABC):
         self._invalid_actions = 0
         text, game_info = self._new_episode()
         self._observation = text
-        return text, self._info(game_info, valid=True, executed="")
+        return text, self._info(game_info, valid=True, executed="", state=text)
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         parsed = self.parse(action)
         text, reward, terminated, truncated, game_info = self._apply(parsed.action)
+        state = text
         reward = float(reward)
         if not parsed.valid:
             self._invalid_actions += 1
@@ -162,7 +168,7 @@ class TextEnv(gym.Env[str, str], ABC):
             if self.invalid_action_feedback:
                 text = self.invalid_action_note(parsed) + text
         self._observation = text
-        return text, reward, terminated, truncated, self._info(game_info, parsed.valid, parsed.action)
+        return text, reward, terminated, truncated, self._info(game_info, parsed.valid, parsed.action, state)
 
     def invalid_action_note(self, parsed: ParsedAction) -> str:
         """The note put in front of the observation after an invalid response."""
@@ -176,7 +182,7 @@ class TextEnv(gym.Env[str, str], ABC):
             return self._observation
         return None
 
-    def _info(self, game_info: dict[str, Any], valid: bool, executed: str) -> dict[str, Any]:
+    def _info(self, game_info: dict[str, Any], valid: bool, executed: str, state: str) -> dict[str, Any]:
         info = dict(game_info)
         info.update(
             instruction=self._instruction(),
@@ -186,5 +192,6 @@ class TextEnv(gym.Env[str, str], ABC):
             executed_action=executed,
             progression=float(self._progression()),
             invalid_actions=self._invalid_actions,
+            state_text=state,
         )
         return info

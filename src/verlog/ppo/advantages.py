@@ -36,8 +36,8 @@ How this differs from Verlog (verl ``compute_gae_advantage_return``, see shared/
 
 :func:`dual_discount_gae` is the vectorised implementation used by training: one Python loop over the ``T``
 turns on ``[N]`` vectors, everything else as whole-tensor ops (no loop over tokens).
-:func:`dual_discount_gae_loop` is the plain per-env, per-turn, per-token recursion, kept as the slow reference
-that tests and ``benchmarks/gae.py`` compare against.
+:func:`verlog.ppo.gae_reference.dual_discount_gae_loop` is the plain per-env, per-turn, per-token recursion,
+kept as the slow reference that tests and ``benchmarks/gae.py`` compare against.
 
 **Group baselines** (``"grpo"``, ``"gigpo"``): A batch is ``groups x G`` whole episodes; episodes ``[k G, (k+1) G)`` form group ``k`` and started from the
 same state (one reset seed). Every turn of episode ``i`` gets the *episode* advantage
@@ -77,14 +77,14 @@ __all__ = [
     "GroupAdvantages",
     "discounted_returns",
     "discounted_reverse_cumsum",
+    "check_gae_inputs",
     "dual_discount_gae",
-    "dual_discount_gae_loop",
     "episode_advantages",
     "group_advantages",
 ]
 
 
-def _check_inputs(
+def check_gae_inputs(
     rewards: torch.Tensor,
     token_values: torch.Tensor,
     response_mask: torch.Tensor,
@@ -272,7 +272,7 @@ def dual_discount_gae(
         ValueError: a wrong shape (naming the argument and the expected shape), a coefficient outside
             [0, 1], a mask that is not 0/1 or not a prefix, or a turn with no response token.
     """
-    dtype, mask, lengths = _check_inputs(
+    dtype, mask, lengths = check_gae_inputs(
         rewards,
         token_values,
         response_mask,
@@ -346,94 +346,52 @@ def dual_discount_gae(
     return advantages, returns
 
 
-def dual_discount_gae_loop(
-    rewards: torch.Tensor,
-    token_values: torch.Tensor,
-    response_mask: torch.Tensor,
-    next_values: torch.Tensor,
-    continues: torch.Tensor,
-    *,
-    turn_gamma: float,
-    turn_lam: float,
-    token_gamma: float,
-    token_lam: float,
-    token_rewards: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Slow reference of :func:`dual_discount_gae`: the textbook backward recursion, one token at a time.
-
-    Written the way Verlog computes it -- per env, turns from last to first, tokens from last to first,
-    carrying the running advantage -- so that it can be checked by eye against the formulas. It works in
-    Python floats (float64) on values copied out of the tensors, which makes it an accurate reference for the
-    float32 vectorised path. Only tests and ``benchmarks/gae.py`` use it; it is far too slow for training.
-    Same arguments, validation, outputs and dtype rules as :func:`dual_discount_gae`.
-    """
-    dtype, _, lengths = _check_inputs(
-        rewards,
-        token_values,
-        response_mask,
-        next_values,
-        continues,
-        token_rewards,
-        {"turn_gamma": turn_gamma, "turn_lam": turn_lam, "token_gamma": token_gamma, "token_lam": token_lam},
-    )
-    T, N, R = token_values.shape
-    lengths = lengths.long().tolist()
-    V = token_values.double().tolist()
-    env_reward = rewards.double().tolist()
-    boot = next_values.double().tolist()
-    cont = continues.double().tolist()
-    tok_reward = token_rewards.double().tolist() if token_rewards is not None else None
-
-    adv = [[[0.0] * R for _ in range(N)] for _ in range(T)]
-    ret = [[[0.0] * R for _ in range(N)] for _ in range(T)]
-    for n in range(N):
-        next_turn_adv = 0.0  # A_{t+1,0}; A_{T,0} := 0
-        for t in reversed(range(T)):
-            L = lengths[t][n]
-            v = V[t][n]
-            gae = 0.0
-            for k in reversed(range(L)):
-                r = tok_reward[t][n][k] if tok_reward is not None else 0.0
-                if k == L - 1:
-                    r += env_reward[t][n]
-                    delta = r + turn_gamma * boot[t][n] - v[k]
-                    gae = delta + turn_gamma * turn_lam * cont[t][n] * next_turn_adv
-                else:
-                    delta = r + token_gamma * v[k + 1] - v[k]
-                    gae = delta + token_gamma * token_lam * gae
-                adv[t][n][k] = gae
-                ret[t][n][k] = gae + v[k]
-            next_turn_adv = adv[t][n][0]
-    device = token_values.device
-    # reshape: nested lists lose the trailing dims of an empty batch (T or N = 0).
-    return (
-        torch.tensor(adv, dtype=dtype, device=device).reshape(T, N, R),
-        torch.tensor(ret, dtype=dtype, device=device).reshape(T, N, R),
-    )
-
-
 # ------------------------------------------------------------------ group baselines (no critic)
 #: Added to the std before dividing (verl-agent's epsilon).
 EPS = 1e-6
 
 
-def _normalise(values: np.ndarray, *, std: bool, alone: float | None) -> np.ndarray:
-    """Values minus their mean (over std + EPS when ``std``); ``alone``: the result for a single value
-    (None: the value itself, i.e. mean 0 and std 1)."""
-    if len(values) == 1:
-        return values.copy() if alone is None else np.full(1, alone)
-    centred = values - values.mean()
-    return centred / (values.std(ddof=1) + EPS) if std else centred
+def _normalise(values: np.ndarray, *, std: bool, weights: np.ndarray | None = None) -> np.ndarray:
+    """Values minus their mean (over std + EPS when ``std``). ``weights``: how many rows each value stands for
+    (pooled over turns, as verl-agent's default); one row in all has no baseline: the value itself (mean 0,
+    std 1, as verl and verl-agent do)."""
+    w = np.ones_like(values) if weights is None else np.asarray(weights, dtype=np.float64)
+    if w.sum() <= 1:
+        return values.copy()
+    mean = float((w * values).sum() / w.sum())
+    centred = values - mean
+    if not std:
+        return centred
+    return centred / (np.sqrt((w * centred**2).sum() / (w.sum() - 1)) + EPS)  # Bessel over rows
 
 
-def episode_advantages(returns: Sequence[float], group_size: int, *, std: bool) -> np.ndarray:
-    """A_E of each episode; ``returns`` holds consecutive groups of ``group_size`` episodes."""
+def episode_advantages(
+    returns: Sequence[float],
+    group_size: int,
+    *,
+    std: bool,
+    baseline: str = "mean",
+    lengths: Sequence[int] | None = None,
+) -> np.ndarray:
+    """A_E of each episode; ``returns`` holds consecutive groups of ``group_size`` episodes.
+
+    ``baseline = "mean"``: the group's mean (GRPO), its std too with ``std``; ``lengths`` (turns per episode)
+    pools the statistics over turns instead of episodes. ``"loo"`` (RLOO): the mean of the *other* episodes of
+    the group, ``R_i - (sum_j R_j - R_i) / (G - 1)``, not divided by a std.
+    """
     values = np.asarray(returns, dtype=np.float64)
     if len(values) % group_size:
         raise ValueError(f"{len(values)} episodes do not divide into groups of {group_size}")
+    if baseline == "loo" and group_size < 2:
+        raise ValueError("a leave-one-out baseline needs groups of at least 2 episodes")
     out = np.empty_like(values)
     for start in range(0, len(values), group_size):
-        out[start : start + group_size] = _normalise(values[start : start + group_size], std=std, alone=None)
+        group = values[start : start + group_size]
+        if baseline == "loo":
+            out[start : start + group_size] = group - (group.sum() - group) / (group_size - 1)
+        else:
+            weights = None if lengths is None else np.asarray(lengths[start : start + group_size])
+            out[start : start + group_size] = _normalise(group, std=std, weights=weights)
     return out
 
 
@@ -450,10 +408,14 @@ class GroupAdvantages:
 
     turns: list[np.ndarray]
     """``turns[i][t]``: the advantage of turn t of episode i."""
-    no_signal_episodes: int = 0
-    """Episodes in a group of two or more whose returns are all equal (their episode advantage is 0)."""
+    signal: list[bool] = field(default_factory=list)
+    """Per group: whether any of its turns has a non-zero advantage (a group without carries no gradient)."""
     step_groups: list[int] = field(default_factory=list)
     """GiGPO: the size of every step group (a turn alone in its step group counts as a group of one)."""
+
+    @property
+    def no_signal_groups(self) -> int:
+        return self.signal.count(False)
 
 
 def group_advantages(
@@ -464,21 +426,17 @@ def group_advantages(
     anchors: Sequence[Sequence[Hashable]] | None = None,
     step_weight: float = 1.0,
     step_gamma: float = 0.95,
+    baseline: str = "mean",
+    pool: str = "episode",
 ) -> GroupAdvantages:
-    """GRPO (``anchors=None``) or GiGPO advantages of every turn of ``rewards[i]`` (episode i's turn rewards).
-
-    ``anchors[i][t]`` is the observation episode i saw before its turn t (GiGPO's anchor state).
-    """
+    """GRPO (``anchors=None``), RLOO (``baseline="loo"``) or GiGPO advantages of every turn of ``rewards[i]``
+    (episode i's turn rewards). ``anchors[i][t]`` is the state episode i saw before its turn t (GiGPO's anchor).
+    ``pool = "turn"`` computes the episode statistics over every turn's copy of its episode's return."""
     returns = [float(np.sum(r)) for r in rewards]
-    episode = episode_advantages(returns, group_size, std=std)
+    lengths = [len(r) for r in rewards] if pool == "turn" else None
+    episode = episode_advantages(returns, group_size, std=std, baseline=baseline, lengths=lengths)
     result = GroupAdvantages([np.full(len(r), episode[i]) for i, r in enumerate(rewards)])
-    for start in range(0, len(returns), group_size):
-        group = returns[start : start + group_size]
-        if group_size > 1 and all(r == group[0] for r in group):
-            result.no_signal_episodes += group_size
-    if anchors is None:
-        return result
-    for start in range(0, len(rewards), group_size):
+    for start in range(0, len(rewards) if anchors is not None else 0, group_size):
         members: dict[Hashable, list[tuple[int, int]]] = defaultdict(list)
         step_returns: dict[int, np.ndarray] = {}
         for i in range(start, start + group_size):
@@ -489,8 +447,12 @@ def group_advantages(
                 members[anchor].append((i, t))
         for turns in members.values():
             values = np.array([step_returns[i][t] for i, t in turns])
-            steps = _normalise(values, std=std, alone=0.0)
+            steps = _normalise(values, std=std) if len(turns) > 1 else np.zeros(1)  # a step group of one: 0
             for (i, t), value in zip(turns, steps, strict=True):
                 result.turns[i][t] += step_weight * value
             result.step_groups.append(len(turns))
+    result.signal = [
+        any(bool(np.any(result.turns[i] != 0)) for i in range(start, start + group_size))
+        for start in range(0, len(rewards), group_size)
+    ]
     return result

@@ -218,19 +218,25 @@ class PPOConfig:
     """Stop the run after this many updates in a row whose every optimiser step was skipped (0 = never)."""
 
 
-ESTIMATORS = ("gae", "grpo", "gigpo")
+ESTIMATORS = ("gae", "grpo", "gigpo", "rloo")
 
 
 @dataclass
 class AlgoConfig:
-    advantage: Literal["gae", "grpo", "gigpo"] = "gae"
-    """Advantage estimator: "gae" (PPO with a critic), "grpo" (group-normalised episode return, no critic) or "gigpo" (GRPO plus a step term from repeated observations, no critic)."""
-    group_size: int = 8
-    """grpo/gigpo: envs per group (G); they reset with the same seed each update; must divide env.num_envs."""
+    advantage: Literal["gae", "grpo", "gigpo", "rloo"] = "gae"
+    """Advantage estimator: "gae" (PPO with a critic), "grpo" (group-normalised episode return, no critic), "gigpo" (GRPO plus a step term from repeated states, no critic) or "rloo" (each episode's return minus the mean of the others in its group, no critic)."""
+    group_size: int = 0
+    """grpo/gigpo/rloo: envs per group (G), reset with one seed each batch; 0 = the largest divisor of env.num_envs up to 8."""
     max_episode_turns: int = 32
-    """grpo/gigpo: turn cap of an episode; an episode still running there ends truncated (counted)."""
+    """grpo/gigpo/rloo: turn cap of an episode; an episode still running there ends truncated (counted)."""
     norm: Literal["mean", "mean_std"] = "mean_std"
     """grpo/gigpo: subtract the group mean ("mean"), or also divide by the group's std + 1e-6 ("mean_std")."""
+    pool: Literal["episode", "turn"] = "episode"
+    """grpo/gigpo: episode statistics over the group's episodes, one return each ("episode"), or over every turn's copy of its episode's return ("turn", verl-agent's default: long episodes weigh more)."""
+    resample_attempts: int = 2
+    """grpo/gigpo/rloo: times a group whose turns all have a zero advantage is played again from a fresh seed (dynamic sampling; 0 = never)."""
+    filter_no_signal: bool = True
+    """grpo/gigpo/rloo: leave groups still without signal after resampling out of the update (all of them only if every group has none)."""
     step_weight: float = 1.0
     """gigpo: weight w of the step term, A = A_episode + w * A_step (verl-agent's step_advantage_w, 1.0)."""
     step_gamma: float = 0.95
@@ -240,6 +246,12 @@ class AlgoConfig:
     def critic(self) -> bool:
         """Whether this estimator needs a critic."""
         return self.advantage == "gae"
+
+    def groups_of(self, num_envs: int) -> int:
+        """The group size G for ``num_envs`` envs: ``group_size``, or for 0 the largest divisor up to 8."""
+        if self.group_size:
+            return self.group_size
+        return max(g for g in range(1, min(8, max(num_envs, 1)) + 1) if num_envs % g == 0)
 
 
 @dataclass

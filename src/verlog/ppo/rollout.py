@@ -25,9 +25,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from verlog.envs.base import STATE_KEY
 from verlog.memory import RAW_KEY
 from verlog.models.prompts import PromptBuilder
-from verlog.ppo.advantages import group_advantages
+from verlog.ppo.advantages import GroupAdvantages, group_advantages
 from verlog.ppo.config import AlgoConfig
 from verlog.ppo.forward import Batch, actor_logprobs, collate, critic_values
 from verlog.ppo.storage import GroupStorage, TurnStorage, pack_by_tokens
@@ -35,7 +36,7 @@ from verlog.runkit.samples import family_of
 from verlog.sampling import Sampler
 from verlog.vector import sub_env_info
 
-__all__ = ["GroupRollout", "Rollout", "score", "state_values"]
+__all__ = ["GroupRollout", "Rollout", "anchor_of", "score", "state_values"]
 
 
 class Rollout:
@@ -269,7 +270,14 @@ def _idle_batch(pad_id: int, device: Any) -> Batch:
 
 
 class GroupRollout(Rollout):
-    """Plays ``groups x G`` whole episodes per batch into a :class:`GroupStorage` (sync vector envs only)."""
+    """Plays ``groups x G`` whole episodes per batch into a :class:`GroupStorage` (sync vector envs only).
+
+    Dynamic sampling: a group whose turns all have a zero advantage (every episode got the same return, and for
+    GiGPO no step group told its turns apart) carries no gradient. Up to ``algo.resample_attempts`` times, such
+    groups are played again from fresh seeds; those still without signal are then left out of the update
+    (``algo.filter_no_signal``), unless every group would be. Every episode played counts in the episode metrics,
+    so success is not inflated by the groups kept.
+    """
 
     def __init__(
         self,
@@ -284,48 +292,126 @@ class GroupRollout(Rollout):
         **kw: Any,
     ):
         super().__init__(envs, sampler, prompts, **kw)
-        #: Whether any process still has an episode running, when generation is collective (ZeRO-3 with
-        #: several processes): a process whose episodes ended generates for an idle prompt until all have.
+        #: Whether any process still has an episode running (or a group to play again), when generation is
+        #: collective (ZeRO-3 with several processes): a process with nothing to play runs idle passes.
         self.any_running = any_running
         self.algo = algo
         self.seed, self.stride = seed, stride
-        self.batches = 0  # batches collected so far: with the seed, the resets of the next one
+        self.batches = 0  # seed draws so far (one per batch and per resampling attempt): the next resets
 
     def group_seeds(self) -> list[int]:
-        """The reset seed of each env in the next batch: one per group."""
+        """The reset seed of each env in the next draw: one per group."""
         base = self.seed + self.batches * self.stride
         return [base + n // self.algo.group_size for n in range(self.num_envs)]
 
     def collect(self, storage: TurnStorage, samples: list[dict[str, Any]] | None = None) -> dict[str, float]:
         """Play one batch of whole episodes; fill the storage and its turn advantages; return the metrics."""
         assert isinstance(storage, GroupStorage)
-        clock: dict[str, float] = defaultdict(float)
-        episodes: dict[str, list[float]] = defaultdict(list)
+        tally: dict[str, Any] = {
+            "clock": defaultdict(float),
+            "episodes": defaultdict(list),
+            "samples": samples,
+        }
         cuts_before = self.prompts.cuts
-        invalid = tokens = truncated = 0
-        reward_total = 0.0
         storage.clear()
-        gigpo = self.algo.advantage == "gigpo"
-        subenvs = list(self.envs.envs)
-        N, K = self.num_envs, storage.num_turns
-        start = time.perf_counter()
-        resets = [env.reset(seed=s) for env, s in zip(subenvs, self.group_seeds(), strict=True)]
-        clock["time/env"] += time.perf_counter() - start
-        anchors: list[list[str]] = [[_anchor(info, n, gigpo)] for n, (_, info) in enumerate(resets)]
+        G, N = self.algo.group_size, self.num_envs
         rewards: list[list[float]] = [[] for _ in range(N)]
-        storage.prompts[0] = self.prompts.from_infos([o for o, _ in resets], [i for _, i in resets])
-        self.episode_return[:] = 0.0
-        self.episode_length[:] = 0
-        active = list(range(N))
+        anchors: list[list[str]] = [[] for _ in range(N)]
+        play, resampled, first_empty = list(range(N)), 0, 0
+        for attempt in range(self.algo.resample_attempts + 1):
+            self._play(storage, play, self.group_seeds(), rewards, anchors, tally)
+            self.batches += 1
+            result = self._advantages(rewards, anchors)
+            empty = [k for k, signal in enumerate(result.signal) if not signal]
+            first_empty = len(empty) if attempt == 0 else first_empty
+            more = bool(empty) if self.any_running is None else self.any_running(bool(empty))
+            if attempt == self.algo.resample_attempts or not more:
+                break
+            play = [n for k in empty for n in range(k * G, (k + 1) * G)]
+            resampled += len(empty)
+        for n, values in enumerate(result.turns):
+            storage.turn_advantages[: len(values), n] = torch.as_tensor(values, dtype=torch.float32)
+        dropped = empty if self.algo.filter_no_signal and len(empty) < len(result.signal) else []
+        for k in dropped:  # no gradient in them: left out of the update
+            storage.active[:, k * G : (k + 1) * G] = False
+        turns = sum(len(r) for r in rewards)
+        episodes = tally["episodes"]
+        metrics = dict(tally["clock"])
+        metrics.update({key: float(np.mean(values)) for key, values in episodes.items() if values})
+        self.episode_counts = {key: len(values) for key, values in episodes.items() if values}
+        groups = len(result.signal)
+        metrics.update(
+            {
+                "charts/episodes": float(N),
+                "charts/turns": float(storage.num_played),
+                "charts/response_tokens": tally["tokens"] / max(tally["turns"], 1),
+                "charts/generated_tokens": float(tally["tokens"]),
+                "env/reward": tally["reward"] / max(tally["turns"], 1),
+                "env/invalid_action_rate": tally["invalid"] / max(tally["turns"], 1),
+                "env/prompt_cuts": float(self.prompts.cuts - cuts_before),
+                "groups/no_signal_share": first_empty / groups,
+                "groups/no_signal_episodes": float(len(empty) * G),
+                "groups/resampled_groups": float(resampled),
+                "groups/filtered_share": len(dropped) / groups,
+                "groups/truncated_episodes": float(tally["truncated"]),
+            }
+        )
+        if self.algo.advantage == "gigpo":
+            sizes = np.asarray(result.step_groups)
+            metrics["groups/step_group_size"] = float(sizes.mean())
+            metrics["groups/anchored_turn_fraction"] = float(sizes[sizes > 1].sum() / max(turns, 1))
+        return metrics
+
+    def _advantages(self, rewards: list[list[float]], anchors: list[list[str]]) -> GroupAdvantages:
+        algo = self.algo
+        return group_advantages(
+            rewards,
+            algo.group_size,
+            std=algo.norm == "mean_std",
+            anchors=anchors if algo.advantage == "gigpo" else None,
+            step_weight=algo.step_weight,
+            step_gamma=algo.step_gamma,
+            baseline="loo" if algo.advantage == "rloo" else "mean",
+            pool=algo.pool,
+        )
+
+    def _play(
+        self,
+        storage: GroupStorage,
+        play: list[int],
+        seeds: list[int],
+        rewards: list[list[float]],
+        anchors: list[list[str]],
+        tally: dict[str, Any],
+    ) -> None:
+        """Reset the envs in ``play`` (each from its seed) and play their episodes to the end or the turn cap;
+        what those envs held in the storage before is replaced."""
+        clock, episodes, samples = tally["clock"], tally["episodes"], tally["samples"]
+        for key in ("invalid", "tokens", "truncated", "reward", "turns"):
+            tally.setdefault(key, 0)
+        gigpo = self.algo.advantage == "gigpo"
+        subenvs, K = list(self.envs.envs), storage.num_turns
+        start = time.perf_counter()
+        resets = {n: subenvs[n].reset(seed=seeds[n]) for n in play}
+        clock["time/env"] += time.perf_counter() - start
+        for n, (_, info) in resets.items():
+            storage.forget(n)
+            rewards[n], anchors[n] = [], [anchor_of(info, n, gigpo)]
+            self.episode_return[n], self.episode_length[n] = 0.0, 0
+        if play:
+            first = self.prompts.from_infos([resets[n][0] for n in play], [resets[n][1] for n in play])
+            for n, ids in zip(play, first, strict=True):
+                storage.prompts[0][n] = ids
+        active = list(play)
         for t in range(K):
             if not (active if self.any_running is None else self.any_running(bool(active))):
                 break
             start = time.perf_counter()
-            out = self.sampler.generate([storage.prompts[t][n] for n in active] or storage.prompts[0][:1])
+            out = self.sampler.generate([storage.prompts[t][n] for n in active] or [storage.prompts[0][0]])
             clock["time/generate"] += time.perf_counter() - start
             if not active:
                 continue  # an idle pass that only kept the collective generation in step
-            tokens += sum(len(ids) for ids in out.token_ids)
+            tally["tokens"] += sum(len(ids) for ids in out.token_ids)
             going: list[int] = []
             observations: list[str] = []
             infos: list[dict[str, Any]] = []
@@ -333,9 +419,10 @@ class GroupRollout(Rollout):
                 start = time.perf_counter()
                 obs, reward, term, trunc, info = subenvs[n].step(out.texts[j])
                 clock["time/env"] += time.perf_counter() - start
-                invalid += not bool(info["action_valid"])
+                tally["invalid"] += not bool(info["action_valid"])
+                tally["reward"] += float(reward)
+                tally["turns"] += 1
                 family = family_of(self.env_id, info)
-                reward_total += float(reward)
                 if samples is not None:
                     samples.append(
                         dict(
@@ -358,51 +445,18 @@ class GroupRollout(Rollout):
                 self.episode_return[n] += float(reward)
                 self.episode_length[n] += 1
                 if term or trunc or t == K - 1:
-                    truncated += not term
+                    tally["truncated"] += not term
                     self._episode_end(n, info, family, episodes)
                 else:
                     going.append(n)
                     observations.append(obs)
                     infos.append(info)
-                    anchors[n].append(_anchor(info, n, gigpo))
+                    anchors[n].append(anchor_of(info, n, gigpo))
             start = time.perf_counter()
             for n, ids in zip(going, self.prompts.from_infos(observations, infos), strict=True):
                 storage.prompts[t + 1][n] = ids
             clock["time/prompt"] += time.perf_counter() - start
             active = going
-        self.batches += 1
-        result = group_advantages(
-            rewards,
-            self.algo.group_size,
-            std=self.algo.norm == "mean_std",
-            anchors=anchors if gigpo else None,
-            step_weight=self.algo.step_weight,
-            step_gamma=self.algo.step_gamma,
-        )
-        for n, values in enumerate(result.turns):
-            storage.turn_advantages[: len(values), n] = torch.as_tensor(values, dtype=torch.float32)
-        turns = storage.num_played
-        metrics = dict(clock)
-        metrics.update({key: float(np.mean(values)) for key, values in episodes.items() if values})
-        self.episode_counts = {key: len(values) for key, values in episodes.items() if values}
-        metrics.update(
-            {
-                "charts/episodes": float(N),
-                "charts/turns": float(turns),
-                "charts/response_tokens": tokens / turns,
-                "charts/generated_tokens": float(tokens),
-                "env/reward": reward_total / turns,
-                "env/invalid_action_rate": invalid / turns,
-                "env/prompt_cuts": float(self.prompts.cuts - cuts_before),
-                "groups/no_signal_episodes": float(result.no_signal_episodes),
-                "groups/truncated_episodes": float(truncated),
-            }
-        )
-        if gigpo:
-            sizes = np.asarray(result.step_groups)
-            metrics["groups/step_group_size"] = float(sizes.mean())
-            metrics["groups/anchored_turn_fraction"] = float(sizes[sizes > 1].sum() / turns)
-        return metrics
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "batches": self.batches}
@@ -412,23 +466,12 @@ class GroupRollout(Rollout):
         self.batches = int(state["batches"])
 
 
-def _anchor(info: dict[str, Any], n: int, needed: bool) -> str:
-    """The env's own current observation (GiGPO's anchor state; "" when the estimator does not use it)."""
+def anchor_of(info: dict[str, Any], n: int, needed: bool = True) -> str:
+    """GiGPO's anchor: the env's state as text, without an invalid-action note (``info["state_text"]``, or the
+    env's own observation for an env that does not report it); "" when the estimator does not use it."""
     if not needed:
         return ""
-    if RAW_KEY not in info:
-        raise ValueError(
-            f"env {n}: the memory wrapper does not report info[{RAW_KEY!r}], the env's observation"
-        )
-    return str(info[RAW_KEY])
-
-
-def _anchor(info: dict[str, Any], n: int, needed: bool) -> str:
-    """The env's own current observation (GiGPO's anchor state; "" when the estimator does not use it)."""
-    if not needed:
-        return ""
-    if RAW_KEY not in info:
-        raise ValueError(
-            f"env {n}: the memory wrapper does not report info[{RAW_KEY!r}], the env's observation"
-        )
-    return str(info[RAW_KEY])
+    for key in (STATE_KEY, RAW_KEY):
+        if key in info:
+            return str(info[key])
+    raise ValueError(f"env {n}: the memory wrapper does not report info[{RAW_KEY!r}], the env's observation")

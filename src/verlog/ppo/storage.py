@@ -289,6 +289,14 @@ class GroupStorage(TurnStorage):
         self.response_lens.zero_()
         self.final_prompts.clear()
 
+    def forget(self, n: int) -> None:
+        """Drop env n's turns (its group is played again)."""
+        self.active[:, n] = False
+        self.turn_advantages[:, n] = 0.0
+        self.response_mask[:, n] = 0.0
+        self.rewards[:, n] = 0.0
+        self.response_lens[:, n] = 0
+
     def put(self, t: int, n: int, ids: Sequence[int], logprobs: Sequence[float], reward: float) -> None:
         """Store env n's response of turn t (its prompt is already in ``prompts[t][n]``)."""
         length = len(ids)

@@ -34,7 +34,7 @@ from verlog.runkit.checkpoint import load_checkpoint, save_checkpoint
 from verlog.runkit.distributed import init_processes, merge_process_metrics, setup
 from verlog.runkit.faults import Guard
 from verlog.runkit.folder import CONFIG_FILE, checkpoint_dir, new_run_dir, rewind
-from verlog.runkit.logger import RunLogger
+from verlog.runkit.logger import RunLogger, flat_hyperparameters, tracker_init_kwargs
 from verlog.runkit.manifest import good_checkpoint
 from verlog.runkit.samples import SampleWriter, TurnSample, pick_turns
 from verlog.sampling import Sampler, TransformersSampler, select_backend
@@ -51,6 +51,9 @@ class Trainer:
         import verlog
 
         self.config = config
+        algo = config.algo
+        if not algo.critic:  # resolved once, so config.toml (and a resume) records the group size used
+            algo.group_size = algo.groups_of(config.env.num_envs)
         if config.run.torch_threads:
             torch.set_num_threads(config.run.torch_threads)
         env, model, ppo = config.env, config.model, config.ppo
@@ -119,7 +122,7 @@ class Trainer:
             self.rollout, self.storage = self._group_batches(prompts, rank)
         self.update = 0
         self.global_step = 0
-        self.warmed_up = ppo.critic_warmup_iters == 0
+        self.warmed_up = ppo.critic_warmup_iters == 0 or not algo.critic  # no critic, nothing to pre-train
         self.sample_rng = random.Random(config.run.seed)  # which turns go to samples.jsonl
         if resume is None:
             observations, infos = self.envs.reset()
@@ -130,7 +133,11 @@ class Trainer:
             (self.run_dir / CONFIG_FILE).write_text(config.to_toml())
         # One tracker run per run folder (tensorboard writes under <run>/<project>/).
         accelerator.init_trackers(
-            config.run.project, config=_flat(config.to_dict()), init_kwargs=self._tracker_kwargs()
+            config.run.project,
+            config=flat_hyperparameters(config.to_dict()),
+            init_kwargs=tracker_init_kwargs(
+                config.run.run_name or self.run_dir.name, self.run_dir, config.run.tracker_kwargs
+            ),
         )
         self.samples = SampleWriter(self.run_dir) if accelerator.is_main_process else None
         self.logger = RunLogger(
@@ -141,6 +148,12 @@ class Trainer:
             start=self.update,
         )
         self.logger.print(f"processes: {self.dist.describe()}; sampler: {backend} ({reason})")
+        if not algo.critic:
+            skipped = ", no critic pre-training" if ppo.critic_warmup_iters else ""
+            self.logger.print(
+                f"{algo.advantage}: groups of {algo.group_size} envs, up to {algo.resample_attempts} resamples of "
+                f"a group without signal{skipped} (no critic)"
+            )
         self.guard = Guard(
             ppo, accelerator.device, self.logger.print
         )  # diverged weights, all-skipped updates
@@ -311,18 +324,6 @@ class Trainer:
         self.warmed_up = True
 
     # ------------------------------------------------------------------ pieces
-    def _tracker_kwargs(self) -> dict[str, dict[str, Any]]:
-        """Name the tracker run after the run folder unless the config says otherwise."""
-        name = self.config.run.run_name or self.run_dir.name
-        kwargs: dict[str, dict[str, Any]] = {
-            "wandb": {"name": name, "dir": str(self.run_dir)},
-            "swanlab": {"experiment_name": name, "logdir": str(self.run_dir / "swanlog")},
-            "mlflow": {"run_name": name},
-        }
-        for tracker, extra in self.config.run.tracker_kwargs.items():
-            kwargs.setdefault(tracker, {}).update(extra)
-        return kwargs
-
     def _write_samples(self, turns: list[dict[str, Any]]) -> None:
         """Keep a few turns per env family, with their prompts decoded, in samples.jsonl and tracker tables."""
         if self.samples is None:
@@ -462,14 +463,3 @@ class Trainer:
         self.sample_rng.setstate((version, tuple(internal), gauss))
         if main:  # rows logged after this checkpoint are logged again: move the old ones aside
             rewind(self.run_dir, self.update)
-
-
-def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested config as ``section.key`` scalars (trackers take flat hyperparameters)."""
-    flat: dict[str, Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, dict) and not prefix:
-            flat.update(_flat(value, f"{key}."))
-        else:
-            flat[prefix + key] = value if isinstance(value, int | float | str | bool) else str(value)
-    return flat

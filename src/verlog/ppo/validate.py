@@ -171,24 +171,26 @@ def _algo(config: Config) -> Iterator[str]:
     if algo.critic:
         return
     name = f"algo.advantage = {algo.advantage!r}"
-    if algo.group_size < 1 or algo.max_episode_turns < 1:
+    if algo.group_size < 0 or algo.max_episode_turns < 1 or algo.resample_attempts < 0:
         yield (
-            f"algo.group_size and algo.max_episode_turns must be >= 1, got {algo.group_size} and "
-            f"{algo.max_episode_turns}"
+            "algo.group_size and algo.resample_attempts must be >= 0 and algo.max_episode_turns >= 1, got "
+            f"{algo.group_size}, {algo.resample_attempts} and {algo.max_episode_turns}"
         )
-    elif env.num_envs > 0 and env.num_envs % algo.group_size:
+    elif env.num_envs > 0 and env.num_envs % algo.groups_of(env.num_envs):
         fits = [g for g in range(min(algo.group_size, env.num_envs), 0, -1) if env.num_envs % g == 0][0]
         yield (
             f"env.num_envs = {env.num_envs} does not divide into groups of algo.group_size = {algo.group_size} "
             f"(fix: algo.group_size={fits}, or env.num_envs={algo.group_size * max(1, round(env.num_envs / algo.group_size))})"
         )
+    elif algo.advantage == "rloo" and env.num_envs > 0 and algo.groups_of(env.num_envs) < 2:
+        yield f"{name} compares each episode with the others of its group: groups of 1 have none (fix: env.num_envs=2)"
+    if algo.advantage == "rloo" and algo.pool != "episode":
+        yield f'{name} has one baseline per episode (fix: algo.pool="episode")'
     if 0 < env.num_envs < ppo.num_minibatches:
         yield (
             f"{algo.advantage}: env.num_envs = {env.num_envs} episodes cannot fill ppo.num_minibatches = "
             f"{ppo.num_minibatches} minibatches (fix: ppo.num_minibatches={env.num_envs})"
         )
-    if ppo.critic_warmup_batches or ppo.critic_warmup_iters:
-        yield f"{name} has no critic (fix: ppo.critic_warmup_batches=0 ppo.critic_warmup_iters=0)"
     if env.vectorization_mode != "sync":
         yield f'{name} steps each group\'s envs itself (fix: env.vectorization_mode="sync")'
     if algo.step_weight < 0 or not 0.0 <= algo.step_gamma <= 1.0:
@@ -258,16 +260,17 @@ def _env(config: Config) -> list[str]:
 
 
 def anchor_problem(env: object, memory: object) -> str | None:
-    """GiGPO groups turns by the env's own current observation: a reset ``env`` (in its memory) must carry it
-    in ``info["raw_observation"]``, which every built-in memory sets."""
+    """GiGPO groups turns by the env's state: a reset ``env`` (in its memory) must report it in its info, as
+    ``info["state_text"]`` (every verlog env) or the memory's ``info["raw_observation"]`` (every built-in one)."""
+    from verlog.envs.base import STATE_KEY
     from verlog.memory import RAW_KEY
 
     _, info = env.reset(seed=0)  # type: ignore[attr-defined]
-    if RAW_KEY in info:
+    if STATE_KEY in info or RAW_KEY in info:
         return None
     return (
-        f"algo.advantage = 'gigpo' groups turns by the env's current observation, but the memory "
-        f"{getattr(memory, '__name__', memory)!r} does not report it in info[{RAW_KEY!r}]"
+        f"algo.advantage = 'gigpo' groups turns by the env's state, but the memory "
+        f"{getattr(memory, '__name__', memory)!r} does not report it in info[{STATE_KEY!r}] or info[{RAW_KEY!r}]"
     )
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from verlog.runkit.folder import METRICS_FILE, latest_checkpoint
 
-__all__ = ["COLUMNS", "RunLogger"]
+__all__ = ["COLUMNS", "RunLogger", "flat_hyperparameters", "tracker_init_kwargs"]
 
 #: The console table: (metric, header, format, priority). Every name is the one used in metrics.jsonl and
 #: trackers. Priority 0 columns are always shown; the others join, lowest number first, while the row still
@@ -210,3 +210,28 @@ def _clock(seconds: float) -> str:
 
 def _finite_or_none(value: float) -> float | None:
     return value if math.isfinite(value) else None
+
+
+def tracker_init_kwargs(
+    name: str, run_dir: Path, extra: dict[str, dict[str, Any]]
+) -> dict[str, dict[str, Any]]:
+    """Each tracker's init arguments: its run named ``name`` and kept in the run folder, then ``extra``'s."""
+    kwargs: dict[str, dict[str, Any]] = {
+        "wandb": {"name": name, "dir": str(run_dir)},
+        "swanlab": {"experiment_name": name, "logdir": str(Path(run_dir) / "swanlog")},
+        "mlflow": {"run_name": name},
+    }
+    for tracker, more in extra.items():
+        kwargs.setdefault(tracker, {}).update(more)
+    return kwargs
+
+
+def flat_hyperparameters(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested config as ``section.key`` scalars (trackers take flat hyperparameters)."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and not prefix:
+            flat.update(flat_hyperparameters(value, f"{key}."))
+        else:
+            flat[prefix + key] = value if isinstance(value, int | float | str | bool) else str(value)
+    return flat
