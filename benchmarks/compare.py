@@ -1,7 +1,8 @@
-"""PPO with a critic (GAE) against the critic-free group baselines GRPO and GiGPO, side by side.
+"""PPO with a critic (GAE) against the critic-free group baselines GRPO, GiGPO and RLOO, side by side.
 
     nox -s compare
     python benchmarks/compare.py [--seeds 3] [--turns 8192] [--jobs 2] [section.key=value ...]
+    python benchmarks/compare.py --methods grpo,gigpo,rloo --keep gae   # re-run some, keep the others' rows
 
 Every method trains the tiny model of the learning demonstration (``envs/learn.toml``: a random two-layer
 Qwen3 with a word-level tokenizer, BabyAI GoTo, binary success reward, one-token answers) from the same
@@ -9,8 +10,9 @@ initial weights, with the same run seeds and the same budget of env turns (``--t
 and the batch shape differ:
 
 * ``gae``: the preset, PPO with a critic (32 envs x 8 turns per update);
-* ``grpo`` / ``gigpo``: ``algo.advantage`` set, 16 envs in groups of 4 (4 groups of 4 whole episodes per
-  update, up to ``MAX_TURNS`` turns each, so at most 384 turns per update).
+* ``grpo`` / ``gigpo`` / ``rloo``: ``algo.advantage`` set, 16 envs in groups of 4 (4 groups of 4 whole
+  episodes per update, up to ``MAX_TURNS`` turns each), with the defaults for dynamic sampling (a group without
+  signal played again up to twice, then left out); every turn played counts against the budget.
 
 All share the same episode limit (``env.kwargs.max_episode_steps = MAX_TURNS``), so the task is the same. Each
 run is its own process (``--one``) and stops at the first update that reaches the budget; its peak resident
@@ -37,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from verlog.ppo.validate import validate
-from verlog.quiet import quiet_console
+from verlog.quiet import attach_run_log, quiet_console
 from verlog.runkit.folder import METRICS_FILE
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,8 +58,14 @@ METHODS: dict[str, list[str]] = {
     "gae": ['algo.advantage="gae"'],
     "grpo": ['algo.advantage="grpo"', *GROUPS],
     "gigpo": ['algo.advantage="gigpo"', *GROUPS],
+    "rloo": ['algo.advantage="rloo"', *GROUPS],
 }
-LABELS = {"gae": "PPO + GAE (critic)", "grpo": "GRPO (no critic)", "gigpo": "GiGPO (no critic)"}
+LABELS = {
+    "gae": "PPO + GAE (critic)",
+    "grpo": "GRPO (no critic)",
+    "gigpo": "GiGPO (no critic)",
+    "rloo": "RLOO (no critic)",
+}
 
 
 def run_one(method: str, seed: int, turns: int, config: Path, out: Path, overrides: Sequence[str]) -> int:
@@ -131,7 +139,7 @@ def summarise(runs: dict[str, list[Path]], turns: int, bins: int = 16) -> dict[s
     width = turns / bins
     out: dict[str, Any] = {}
     for method, folders in runs.items():
-        curves, finals, rates, rss, no_signal, results = [], [], [], [], [], []
+        curves, finals, rates, rss, no_signal, filtered, results = [], [], [], [], [], [], []
         for folder in folders:
             rows = records(folder)
             result = json.loads((folder / "result.json").read_text())
@@ -146,11 +154,9 @@ def summarise(runs: dict[str, list[Path]], turns: int, bins: int = 16) -> dict[s
             finals.append(wins / n if n else math.nan)
             rates.append(result["turns"] / sum(r.get("time/total", 0.0) for r in rows))
             rss.append(result["max_rss_mb"])
-            if method != "gae":
-                no_signal.append(
-                    sum(r.get("groups/no_signal_episodes", 0.0) for r in rows)
-                    / sum(r.get("charts/episodes", 0.0) for r in rows)
-                )
+            if method != "gae":  # per update: the share of groups without signal in their first draw
+                no_signal.append(statistics.fmean(r.get("groups/no_signal_share", 0.0) for r in rows))
+                filtered.append(statistics.fmean(r.get("groups/filtered_share", 0.0) for r in rows))
         final, final_se = mean_se(finals)
         out[method] = {
             "label": LABELS[method],
@@ -165,7 +171,8 @@ def summarise(runs: dict[str, list[Path]], turns: int, bins: int = 16) -> dict[s
             "max_rss_mb": statistics.fmean(rss),
             "critic_params": results[0]["critic_params"],
             "actor_params": results[0]["actor_params"],
-            "no_signal_episode_fraction": statistics.fmean(no_signal) if no_signal else None,
+            "no_signal_group_share": statistics.fmean(no_signal) if no_signal else None,
+            "filtered_group_share": statistics.fmean(filtered) if filtered else None,
             "curve_turns": [(b + 0.5) * width for b in range(bins)],
             "curve": [mean_se([c[b] for c in curves]) for b in range(bins)],
         }
@@ -175,16 +182,20 @@ def summarise(runs: dict[str, list[Path]], turns: int, bins: int = 16) -> dict[s
 def table(summary: dict[str, Any], turns: int) -> str:
     lines = [
         f"| method | final success (last {turns // 4} of {turns} turns, mean ± SE over seeds) | per seed | "
-        "turns/s | peak RSS (MB) | critic parameters | episodes with no signal |",
-        "|---|---|---|---|---|---|---|",
+        "turns/s | peak RSS (MB) | critic parameters | groups with no signal (first draw) | left out after resampling |",
+        "|---|---|---|---|---|---|---|---|",
     ]
+
+    def share(value: float | None) -> str:
+        return "-" if value is None else f"{100 * value:.0f}%"
+
     for s in summary.values():
         seeds = ", ".join(f"{v:.2f}" for v in s["final_success_per_seed"])
-        ns = s["no_signal_episode_fraction"]
+        label = s["label"] + (f" (run {s['reused_from'][:10]})" if "reused_from" in s else "")
         lines.append(
-            f"| {s['label']} | {s['final_success']:.3f} ± {s['final_success_se']:.3f} | {seeds} | "
+            f"| {label} | {s['final_success']:.3f} ± {s['final_success_se']:.3f} | {seeds} | "
             f"{s['turns_per_s']:.1f} | {s['max_rss_mb']:.0f} | {s['critic_params']:,} | "
-            f"{'-' if ns is None else f'{100 * ns:.0f}%'} |"
+            f"{share(s.get('no_signal_group_share'))} | {share(s.get('filtered_group_share'))} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -216,7 +227,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--config", type=Path, default=ROOT / "envs" / "learn.toml", help="preset")
     parser.add_argument("--seeds", type=int, default=3, help="run seeds 1..N for every method")
     parser.add_argument("--turns", type=int, default=8192, help="env turns per run")
-    parser.add_argument("--methods", default="gae,grpo,gigpo", help="comma-separated subset")
+    parser.add_argument("--methods", default="gae,grpo,gigpo,rloo", help="comma-separated subset")
+    parser.add_argument(
+        "--keep", default="", help="methods whose rows are kept from the existing compare.json (not re-run)"
+    )
     parser.add_argument("--jobs", type=int, default=2, help="runs at once")
     parser.add_argument("--runs", type=Path, default=ROOT / "runs" / "compare", help="run folders")
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder for compare.{json,md,png}")
@@ -235,6 +249,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unknown method(s) {unknown}; choose from {list(METHODS)}")
     jobs = [(m, s) for s in range(1, args.seeds + 1) for m in methods]
     args.runs.mkdir(parents=True, exist_ok=True)
+    attach_run_log(args.runs, file_name="compare.log")  # this process's own library notices
     started = time.perf_counter()
     if not args.table_only:
         from verlog.models.sources import resolve_model_path
@@ -266,6 +281,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("no finished run to summarise")
         return 1
     summary = summarise(runs, args.turns)
+    kept = [m for m in args.keep.split(",") if m]
+    if kept:  # rows of an earlier run of the same code path and budget, marked with its date
+        earlier = json.loads((args.out / "compare.json").read_text())
+        if earlier["turn_budget"] != args.turns:
+            parser.error(
+                f"--keep: compare.json has a budget of {earlier['turn_budget']} turns, not {args.turns}"
+            )
+        reused = {m: {**earlier["methods"][m], "reused_from": earlier["date"]} for m in kept}
+        summary = {m: (reused | summary)[m] for m in METHODS if m in reused or m in summary}
     args.out.mkdir(parents=True, exist_ok=True)
     from verlog.evaluation import output
 

@@ -300,7 +300,7 @@ def test_a_grpo_run_has_no_critic_anywhere(tmp_path: Path, model_path: Path) -> 
     lines = (trainer.run_dir / "metrics.jsonl").read_text().splitlines()
     records = [json.loads(line) for line in lines]
     assert all("losses/value_loss" not in r and "charts/value" not in r for r in records)
-    assert all(r["charts/episodes"] == 4 and "groups/no_signal_episodes" in r for r in records)
+    assert all(r["charts/episodes"] >= 4 and "groups/no_signal_share" in r for r in records)
     assert records[-1]["global_step"] == sum(r["charts/turns"] for r in records)
     state = trainer.run_dir / "checkpoints" / "000002" / "state"
     models = sorted(p.name for p in state.iterdir() if p.name.startswith(("model", "pytorch_model")))

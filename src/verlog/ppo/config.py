@@ -22,6 +22,7 @@ __all__ = [
     "AlgoConfig",
     "Config",
     "ConfigError",
+    "CurriculumConfig",
     "Derived",
     "EnvConfig",
     "ModelConfig",
@@ -255,6 +256,16 @@ class AlgoConfig:
 
 
 @dataclass
+class CurriculumConfig:
+    stages: list[dict] = field(default_factory=list)
+    """Env keyword arguments per stage, easiest first, each merged over env.kwargs (not over the stage before), e.g. [{ room_size = 5 }, { room_size = 8 }] (empty: no curriculum)."""
+    threshold: float = 0.5
+    """Move to the next stage once the success rate over the last `window` finished episodes reaches this (0.5: about half won)."""
+    window: int = 64
+    """Finished episodes (all processes together) the success rate is measured over."""
+
+
+@dataclass
 class Derived:
     """Sizes that follow from the configuration, computed once by :meth:`Config.derive`."""
 
@@ -281,7 +292,9 @@ class Config:
     ppo: PPOConfig = field(default_factory=PPOConfig)
     """The algorithm's hyperparameters."""
     algo: AlgoConfig = field(default_factory=AlgoConfig)
-    """The advantage estimator: PPO's critic, or a critic-free group baseline (GRPO, GiGPO)."""
+    """The advantage estimator: PPO's critic, or a critic-free group baseline (GRPO, GiGPO, RLOO)."""
+    curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
+    """Stages of env difficulty, advanced on recent success."""
 
     def derive(self, world_size: int = 1) -> Derived:
         """The sizes that follow from the config (checked first by :func:`verlog.ppo.validate.validate`)."""

@@ -99,19 +99,7 @@ class Rollout:
                 family = family_of(self.env_id, info)
                 if samples is not None:
                     samples.append(
-                        dict(
-                            env_id=self.env_id,
-                            family=family,
-                            env_index=n,
-                            episode=int(self.episode_index[n]),
-                            turn=int(self.episode_length[n]),
-                            prompt_ids=storage.prompts[t][n],
-                            response=samples_text[n],
-                            action=str(info["executed_action"]),
-                            action_valid=bool(info["action_valid"]),
-                            reward=float(rewards[n]),
-                            progression=float(info["progression"]),
-                        )
+                        self._sample(n, family, storage.prompts[t][n], samples_text[n], info, rewards[n])
                     )
                 self.episode_return[n] += rewards[n]
                 self.episode_length[n] += 1
@@ -147,6 +135,24 @@ class Rollout:
         metrics["env/invalid_action_rate"] = invalid / turns
         metrics["env/prompt_cuts"] = float(self.prompts.cuts - cuts_before)
         return metrics
+
+    def _sample(
+        self, n: int, family: str, prompt_ids: list[int], response: str, info: dict[str, Any], reward: float
+    ) -> dict[str, Any]:
+        """A played turn of env n as a sampled-turn record (before this turn counts in the episode's length)."""
+        return dict(
+            env_id=self.env_id,
+            family=family,
+            env_index=n,
+            episode=int(self.episode_index[n]),
+            turn=int(self.episode_length[n]),
+            prompt_ids=prompt_ids,
+            response=response,
+            action=str(info["executed_action"]),
+            action_valid=bool(info["action_valid"]),
+            reward=float(reward),
+            progression=float(info["progression"]),
+        )
 
     def _episode_end(
         self, n: int, info: dict[str, Any], family: str, episodes: dict[str, list[float]]
@@ -298,6 +304,7 @@ class GroupRollout(Rollout):
         self.algo = algo
         self.seed, self.stride = seed, stride
         self.batches = 0  # seed draws so far (one per batch and per resampling attempt): the next resets
+        self.turns_played = 0  # in the last batch, resampled groups' turns included (the turn budget's count)
 
     def group_seeds(self) -> list[int]:
         """The reset seed of each env in the next draw: one per group."""
@@ -335,6 +342,7 @@ class GroupRollout(Rollout):
         for k in dropped:  # no gradient in them: left out of the update
             storage.active[:, k * G : (k + 1) * G] = False
         turns = sum(len(r) for r in rewards)
+        self.turns_played = tally["turns"]
         episodes = tally["episodes"]
         metrics = dict(tally["clock"])
         metrics.update({key: float(np.mean(values)) for key, values in episodes.items() if values})
@@ -342,8 +350,9 @@ class GroupRollout(Rollout):
         groups = len(result.signal)
         metrics.update(
             {
-                "charts/episodes": float(N),
-                "charts/turns": float(storage.num_played),
+                "charts/episodes": float(len(episodes["env/success"])),  # resampled groups' included
+                "charts/turns": float(tally["turns"]),  # every turn played, resampled groups' included
+                "groups/trained_turns": float(storage.num_played),
                 "charts/response_tokens": tally["tokens"] / max(tally["turns"], 1),
                 "charts/generated_tokens": float(tally["tokens"]),
                 "env/reward": tally["reward"] / max(tally["turns"], 1),
@@ -424,21 +433,7 @@ class GroupRollout(Rollout):
                 tally["turns"] += 1
                 family = family_of(self.env_id, info)
                 if samples is not None:
-                    samples.append(
-                        dict(
-                            env_id=self.env_id,
-                            family=family,
-                            env_index=n,
-                            episode=int(self.episode_index[n]),
-                            turn=t,
-                            prompt_ids=storage.prompts[t][n],
-                            response=out.texts[j],
-                            action=str(info["executed_action"]),
-                            action_valid=bool(info["action_valid"]),
-                            reward=float(reward),
-                            progression=float(info["progression"]),
-                        )
-                    )
+                    samples.append(self._sample(n, family, storage.prompts[t][n], out.texts[j], info, reward))
                 stored = 1.0 if self.binary_reward and reward > 0 else float(reward)
                 storage.put(t, n, out.token_ids[j], out.logprobs[j], stored)
                 rewards[n].append(stored)

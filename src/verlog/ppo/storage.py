@@ -208,6 +208,22 @@ class TurnStorage:
         self.advantages = whiten(advantages.float(), self.response_mask, all_reduce)
 
     # ------------------------------------------------------------------ batching
+    def score_metrics(self, *, values: bool, old_logprobs: bool, reference: bool) -> dict[str, float]:
+        """What scoring found, per response token: the mean value, how far the sampler's log-probs are from the
+        learner's (the same weights: kernels and precision only), and the KL to the reference."""
+        mask = self.response_mask
+        tokens = mask.sum().clamp(min=1)
+        metrics = {}
+        if values:
+            metrics["charts/value"] = float(self.values[:-1].mean())
+        if old_logprobs:
+            gap = (self.sampler_logprobs - self.old_logprobs).abs() * mask
+            metrics["charts/sampler_logprob_gap"] = float(gap.sum() / tokens)
+        if reference:
+            kl = (self.old_logprobs - self.ref_logprobs) * mask
+            metrics["charts/kl_to_reference"] = float(kl.sum() / tokens)
+        return metrics
+
     def rows(self) -> list[tuple[int, int]]:
         return [(t, n) for t in range(self.num_turns) for n in range(self.num_envs)]
 

@@ -21,13 +21,15 @@ from typing import Any
 import torch
 
 from verlog.models.loading import LoraSpec, load_tokenizer
-from verlog.models.prompts import PromptBuilder, prompt_builder
+from verlog.models.prompts import prompt_builder
 from verlog.models.sources import resolve_model_path
 from verlog.models.weights import export_pretrained, full_weights, weights_checksum
+from verlog.ppo.batches import make_batches
 from verlog.ppo.build import build_models
 from verlog.ppo.config import Config
-from verlog.ppo.rollout import GroupRollout, Rollout, score
-from verlog.ppo.storage import GroupStorage, TurnStorage
+from verlog.ppo.curriculum import Curriculum, stage_envs
+from verlog.ppo.rollout import score
+from verlog.ppo.storage import TurnStorage
 from verlog.ppo.update import ppo_update
 from verlog.quiet import attach_run_log
 from verlog.runkit.checkpoint import load_checkpoint, save_checkpoint
@@ -47,8 +49,6 @@ class Trainer:
 
     def __init__(self, config: Config, *, resume: str | Path | None = None) -> None:
         from accelerate.utils import broadcast_object_list, set_seed
-
-        import verlog
 
         self.config = config
         algo = config.algo
@@ -101,25 +101,24 @@ class Trainer:
             batch_size=config.sampling.batch_size,
             synced_gpus=self.dist.zero3 and self.dist.num_processes > 1,
         )
-        self.envs = verlog.make_vec(
-            env.id,
-            env.num_envs,
-            vectorization_mode=env.vectorization_mode,
-            memory=env.memory,
-            memory_kwargs=env.memory_kwargs,
-            seed=config.run.seed + rank * env.num_envs,
-            step_timeout_s=env.step_timeout_s or None,
-            **env.kwargs,
+        stages = config.curriculum
+        self.curriculum = (
+            Curriculum(stages.stages, threshold=stages.threshold, window=stages.window)
+            if stages.stages
+            else None
         )
+        self.envs = self._make_envs()
         prompts = prompt_builder(self.tokenizer, config.prompt, env.id)
-        self.rollout = Rollout(
-            self.envs, self.sampler, prompts, binary_reward=env.binary_reward, env_id=env.id
+        self.rollout, self.storage = make_batches(
+            config,
+            self.envs,
+            self.sampler,
+            prompts,
+            self.tokenizer.pad_token_id,
+            rank=rank,
+            world_size=self.derived.world_size,
+            any_running=self._any_running if self.dist.lockstep else None,
         )
-        self.storage = TurnStorage(
-            ppo.turns_per_update, env.num_envs, config.prompt.max_response_tokens, self.tokenizer.pad_token_id
-        )
-        if not config.algo.critic:  # whole episodes in groups instead (GroupRollout, GroupStorage)
-            self.rollout, self.storage = self._group_batches(prompts, rank)
         self.update = 0
         self.global_step = 0
         self.warmed_up = ppo.critic_warmup_iters == 0 or not algo.critic  # no critic, nothing to pre-train
@@ -165,33 +164,28 @@ class Trainer:
         self.reference_engine = m.reference_engine
         self.actor_optimizer, self.critic_optimizer = m.actor_optimizer, m.critic_optimizer
 
-    def _group_batches(self, prompts: PromptBuilder, rank: int) -> tuple[GroupRollout, GroupStorage]:
-        """The rollout and storage of a critic-free estimator; process ``rank`` plays its own groups."""
-        config = self.config
-        algo, env = config.algo, config.env
-        groups = env.num_envs // algo.group_size
-        lockstep = self.dist.lockstep  # collective generation: every process generates until all are done
-        rollout = GroupRollout(
-            self.envs,
-            self.sampler,
-            prompts,
-            algo=algo,
-            seed=config.run.seed + rank * groups,
-            stride=groups * self.derived.world_size,
-            any_running=(lambda running: self._all_reduce(torch.tensor([float(running)])).item() > 0)
-            if lockstep
-            else None,
-            binary_reward=env.binary_reward,
-            env_id=env.id,
-        )
-        storage = GroupStorage(
-            algo.max_episode_turns,
-            env.num_envs,
-            config.prompt.max_response_tokens,
-            self.tokenizer.pad_token_id,
-            config.ppo.num_minibatches,
-        )
-        return rollout, storage
+    def _make_envs(self) -> Any:
+        """This process's N envs, at the curriculum's stage."""
+        seed = self.config.run.seed + self.accelerator.process_index * self.config.env.num_envs
+        return stage_envs(self.config.env, seed, self.curriculum)
+
+    def _next_stage(self, metrics: dict[str, float]) -> None:
+        """After an update: count its episodes; at a new stage, new envs (episodes in flight end, uncounted)."""
+        if self.curriculum is None:
+            return
+        metrics["curriculum/stage"] = float(self.curriculum.stage + 1)  # the stage this update played
+        if self.curriculum.observe(metrics):
+            self.envs.close()
+            self.envs = self.rollout.envs = self._make_envs()
+            if self.config.algo.critic:  # turn batches continue across updates: slot 0 starts afresh
+                observations, infos = self.envs.reset()
+                self.storage.reset_first(self.rollout.first_prompts(observations, infos))
+            self.rollout.episode_return[:], self.rollout.episode_length[:] = 0.0, 0
+            self.logger.print(f"curriculum: {self.curriculum.describe()}")
+
+    def _any_running(self, running: bool) -> bool:
+        """Whether any process still has an episode to play (collective generation keeps them in step)."""
+        return self._all_reduce(torch.tensor([float(running)])).item() > 0
 
     def _vllm_sampler(self) -> Sampler:
         from verlog.sampling.vllm import VLLMSampler, own_cores
@@ -224,6 +218,7 @@ class Trainer:
             started = time.perf_counter()
             while self.update < run.total_updates:
                 metrics = self.train_update()
+                self._next_stage(metrics)
                 self.logger.log(metrics, step=self.global_step)
                 self.guard.after_update(self.update, metrics, self._guarded())
                 last = self.update == run.total_updates or self._out_of_time(started, metrics["time/total"])
@@ -354,16 +349,13 @@ class Trainer:
         if reuse:  # the weights have not moved since sampling: the sampler's log-probs are the old ones
             storage.old_logprobs.copy_(storage.sampler_logprobs)
         metrics = {"time/score": time.perf_counter() - clock}
-        mask = storage.response_mask
-        tokens = mask.sum().clamp(min=1)
-        if self.critic is not None:
-            metrics["charts/value"] = float(storage.values[:-1].mean())
-        if logprobs and not reuse:
-            gap = (storage.sampler_logprobs - storage.old_logprobs).abs() * mask
-            metrics["charts/sampler_logprob_gap"] = float(gap.sum() / tokens)
-            if self.reference is not None:
-                kl = (storage.old_logprobs - storage.ref_logprobs) * mask
-                metrics["charts/kl_to_reference"] = float(kl.sum() / tokens)
+        metrics.update(
+            storage.score_metrics(
+                values=self.critic is not None,
+                old_logprobs=logprobs and not reuse,
+                reference=logprobs and not reuse and self.reference is not None,
+            )
+        )
         return metrics
 
     def _ppo(self, storage: TurnStorage, *, train_actor: bool, limit: int | None = None) -> dict[str, float]:
@@ -383,8 +375,9 @@ class Trainer:
         )
 
     def _batch_turns(self) -> int:
-        """Turns of this update over all processes (whole-episode batches vary in length)."""
-        return int(self._all_reduce(torch.tensor([float(self.storage.num_played)])).item())
+        """Turns played in this update over all processes (whole-episode batches vary in length; a group played
+        again counts each time, so a turn budget is the same for every estimator)."""
+        return int(self._all_reduce(torch.tensor([float(self.rollout.turns_played)])).item())
 
     def _all_reduce(self, tensor: torch.Tensor) -> torch.Tensor:
         if self.accelerator.num_processes == 1:
@@ -412,6 +405,7 @@ class Trainer:
             "rollout": self.rollout.state_dict(),
             "prompt_cuts": self.rollout.prompts.cuts,
             "sample_rng": self.sample_rng.getstate(),
+            "curriculum": self.curriculum.state_dict() if self.curriculum else None,
             # This process's view of the weights: every process holds the same unless their sync failed.
             "weights_checksum": [
                 weights_checksum(self._unwrap(m), self.dist.gathered)
@@ -450,6 +444,10 @@ class Trainer:
         for line in passed_over if main else ():
             print(f"warning: {line}; resuming from {path.name}", file=sys.stderr, flush=True)
         state, envs = load_checkpoint(path, accelerator=self.accelerator, more_states=self._more_states())
+        if self.curriculum is not None and state.get("curriculum"):  # the stage's envs, then their episodes
+            self.curriculum.load_state_dict(state["curriculum"])
+            self.envs.close()
+            self.envs = self.rollout.envs = self._make_envs()
         if envs is None or len(envs) != self.envs.num_envs:
             raise ValueError(f"{path} holds no env states for {self.envs.num_envs} sub-envs")
         self.envs.set_attr("replay_state", envs)  # replays each sub-env's episode (seed + actions)

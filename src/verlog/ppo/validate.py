@@ -43,6 +43,7 @@ def problems(config: Config, resume: str | Path | None = None) -> list[str]:
     found = [*_numbers(config), *_sizes(config), *_model(config), *_sampling(config), *_algo(config)]
     found += _trackers(config)
     found += _env(config)
+    found += _curriculum(config)
     model = config.model
     if not (model.build or model.build_tiny) and model.path:
         found += _model_path("model.path", model.path)
@@ -256,6 +257,31 @@ def _env(config: Config) -> list[str]:
             found += [problem] if problem else []
     finally:
         wrapped.close()
+    return found
+
+
+def _curriculum(config: Config) -> list[str]:
+    """Every stage's keyword arguments, as the env would take them (one env is built per stage)."""
+    import gymnasium as gym
+
+    from verlog.vector import check_env_kwargs
+
+    curriculum, env = config.curriculum, config.env
+    found = []
+    if not 0.0 < curriculum.threshold <= 1.0 or curriculum.window < 1:
+        found.append(
+            f"curriculum.threshold must be in (0, 1] and curriculum.window >= 1, got {curriculum.threshold} "
+            f"and {curriculum.window}"
+        )
+    for k, stage in enumerate(curriculum.stages):
+        kwargs = {**env.kwargs, **stage}
+        try:
+            check_env_kwargs(env.id, kwargs)
+            gym.make(env.id, **kwargs).close()
+        except gym.error.UnregisteredEnv:
+            return found  # said once, under env.id
+        except Exception as error:  # the env's own check of a value
+            found.append(f"curriculum.stages[{k}]: {env.id} rejects {stage}: {' '.join(str(error).split())}")
     return found
 
 
