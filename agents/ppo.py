@@ -20,6 +20,7 @@ from verlog.extras import as_missing, require
 from verlog.pipes import closed_pipe_ok
 from verlog.ppo.config import ConfigError, describe, load_config
 from verlog.ppo.validate import ConfigProblems, validate
+from verlog.runkit.folder import CONFIG_FILE
 
 
 @closed_pipe_ok
@@ -43,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
 
     path = args.config
     if args.resume:
-        path = Path(args.resume) / "config.toml"
+        path = Path(args.resume) / CONFIG_FILE
         if not path.is_file():
             return _bad_input(parser, f"--resume {args.resume}: no config.toml there (is it a run folder?)")
     try:

@@ -40,6 +40,7 @@ from typing import Any
 
 from verlog.ppo.validate import validate
 from verlog.quiet import attach_run_log, quiet_console
+from verlog.runkit.folder import METRICS_FILE
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -110,7 +111,7 @@ def run_one(method: str, seed: int, turns: int, config: Path, out: Path, overrid
 
 
 def records(run_dir: Path) -> list[dict[str, Any]]:
-    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    lines = (run_dir / METRICS_FILE).read_text().splitlines()
     return [r for r in map(json.loads, lines) if r.get("update")]
 
 

@@ -28,6 +28,7 @@ from typing import Any
 from verlog.evaluation import output
 from verlog.pipes import closed_pipe_ok
 from verlog.quiet import quiet_console
+from verlog.runkit.folder import CONFIG_FILE, METRICS_FILE
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -83,7 +84,7 @@ def compare(records: Sequence[dict[str, Any]], fraction: float = 0.1) -> dict[st
 def update_records(run_dir: Path) -> list[dict[str, Any]]:
     """One record per update from ``metrics.jsonl`` (critic warm-up lines dropped)."""
     records = []
-    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+    for line in (run_dir / METRICS_FILE).read_text().splitlines():
         try:
             record = json.loads(line)
         except ValueError:
@@ -133,7 +134,7 @@ def evaluate_both(config: Any, run_dir: Path, episodes: int) -> dict[str, dict[s
         "episodes": episodes,
         "num_envs": config.env.num_envs,
         "env_kwargs": dict(config.env.kwargs),
-        "config": run_dir / "config.toml",
+        "config": run_dir / CONFIG_FILE,
         "sample": True,
     }
     figures = {}
@@ -212,7 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         (run_dir / WALL_FILE).write_text(json.dumps({"wall_s": wall}) + "\n")
     else:
         run_dir = args.run
-        config = load_config(run_dir / "config.toml")
+        config = load_config(run_dir / CONFIG_FILE)
         wall = (
             json.loads((run_dir / WALL_FILE).read_text())["wall_s"]
             if (run_dir / WALL_FILE).is_file()
@@ -258,7 +259,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     report = {
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "machine": {**machine(), "torch_threads": config.run.torch_threads or machine().get("torch_threads")},
-        "config_file": str(args.config) if args.run is None else str(run_dir / "config.toml"),
+        "config_file": str(args.config) if args.run is None else str(run_dir / CONFIG_FILE),
         "config": config.to_dict(),
         "run_dir": str(run_dir),
         "wall_s": wall,

@@ -40,6 +40,7 @@ from learn import (  # the tiny-model demonstration's helpers (same folder)
 
 from verlog.pipes import closed_pipe_ok
 from verlog.quiet import quiet_console
+from verlog.runkit.folder import CONFIG_FILE
 from verlog.tomlconfig import toml_value
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -179,7 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         run_dir = trainer.run_dir
         console.print(f"evaluating {config.model.path} on {args.episodes} seeded episodes before training")
         before = evaluation(
-            config.model.path, config, run_dir / "config.toml", run_dir / "eval-before", args.episodes,
+            config.model.path, config, run_dir / CONFIG_FILE, run_dir / "eval-before", args.episodes,
             args.eval_seed, args.eval_envs,
         )  # fmt: skip
         (run_dir / STATE_FILE).write_text(json.dumps({"before": before}) + "\n")
@@ -192,7 +193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         train_s = time.perf_counter() - clock
     else:
         run_dir = args.run
-        config = load_config(run_dir / "config.toml")
+        config = load_config(run_dir / CONFIG_FILE)
         before = json.loads((run_dir / STATE_FILE).read_text())["before"]
         train_s = None
     records = update_records(run_dir)
@@ -200,7 +201,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         console.print(f"[red]{run_dir} has no update in metrics.jsonl[/red]")
         return 1
     after = evaluation(
-        str(run_dir), config, run_dir / "config.toml", run_dir / "eval-after", args.episodes, args.eval_seed,
+        str(run_dir), config, run_dir / CONFIG_FILE, run_dir / "eval-after", args.episodes, args.eval_seed,
         args.eval_envs,
     )  # fmt: skip
     result = verdict(before, after)

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from verlog.pipes import closed_pipe_ok
+from verlog.runkit.folder import CONFIG_FILE, METRICS_FILE, latest_checkpoint
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -156,7 +157,7 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 def updates_of(folder: Path) -> list[dict[str, Any]]:
     """One record per update (warm-up lines dropped; a resumed run's repeated update: the later wins)."""
     by_update: dict[int, dict[str, Any]] = {}
-    for record in read_jsonl(folder / "metrics.jsonl"):
+    for record in read_jsonl(folder / METRICS_FILE):
         update = record.get("update")
         if isinstance(update, int | float) and "warmup/iteration" not in record:
             by_update[int(update)] = record
@@ -165,7 +166,7 @@ def updates_of(folder: Path) -> list[dict[str, Any]]:
 
 def total_updates(folder: Path) -> int | None:
     try:
-        return int(tomllib.loads((folder / "config.toml").read_text())["run"]["total_updates"])
+        return int(tomllib.loads((folder / CONFIG_FILE).read_text())["run"]["total_updates"])
     except (OSError, KeyError, ValueError, tomllib.TOMLDecodeError):
         return None
 
@@ -205,11 +206,7 @@ def launch(run: Run, config: Path, fixed: Sequence[str], out: Path) -> Run:
         run.folder, run.status = folders[-1], "done before"
         return run
     script = str(ROOT / "agents" / "ppo.py")
-    if (
-        folders
-        and (folders[-1] / "checkpoints").is_dir()
-        and any((folders[-1] / "checkpoints").glob("[0-9]*"))
-    ):
+    if folders and latest_checkpoint(folders[-1]) is not None:
         command = [sys.executable, script, "--resume", str(folders[-1])]
     else:
         command = [

@@ -152,3 +152,38 @@ def test_no_import_circle_between_modules() -> None:
     for module in sorted(graph):
         if module not in state:
             visit(module, [module])
+
+
+def test_the_run_folders_file_names_are_spelled_only_where_the_folder_is_described() -> None:
+    """``metrics.jsonl``, ``config.toml``, ... as string values live in ``runkit/folder.py``; everyone else
+    (the learner, evaluation, report, entry points, benchmarks) names them through it. Docstrings may mention them."""
+    names = {"config.toml", "metrics.jsonl", "samples.jsonl"}
+    root = SRC.parents[1]
+    files = [*SRC.rglob("*.py"), *(root / "agents").glob("*.py"), *(root / "benchmarks").glob("*.py")]
+    bad = []
+    for path in sorted(files):
+        if path == SRC / "runkit" / "folder.py":
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        docstrings = {
+            id(node.body[0].value)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+            and isinstance(node.body[0].value, ast.Constant)
+        }
+        bad += [
+            f"{path.relative_to(root)}:{node.lineno} spells {node.value!r}"
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and node.value in names and id(node) not in docstrings
+        ]
+        bad += [  # run / "checkpoints" (the word alone is also a table label)
+            f"{path.relative_to(root)}:{node.lineno} joins 'checkpoints'"
+            for node in ast.walk(tree)
+            if isinstance(node, ast.BinOp)
+            and isinstance(node.op, ast.Div)
+            and isinstance(node.right, ast.Constant)
+            and node.right.value == "checkpoints"
+        ]
+    assert not bad, "\n".join(bad)

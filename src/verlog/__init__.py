@@ -1,6 +1,16 @@
 """verlog: long-horizon agentic games as Gymnasium text envs, and a turn-level PPO learner for LLM agents.
 
 ``import verlog`` registers every ``verlog/...`` env id; it imports neither torch nor any model code.
+
+The floors, lowest first (a module imports only from its own floor or below; ``tests/test_floors.py`` checks):
+
+- ``envs/``, ``memory.py``, ``vector.py``: the games as text envs, memory wrappers, vector envs (no torch);
+- ``models/`` and ``sampling/``: where models come from and how they load; samplers (transformers, vLLM, API);
+- ``runkit/``: a run's files and processes -- the run folder, checkpoints, sampled turns, the logger, launch,
+  fault stops, process setup;
+- ``ppo/``: the learner, the algorithm and nothing else -- config and validation, rollout, storage,
+  advantages, forward passes, update, trainer;
+- ``evaluation/`` (``verlog eval``), ``report/`` (``verlog report``), ``cli.py``: the commands.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Every check of a config, in one place, before a model loads, a process starts or a run folder is made.
 
-:func:`validate` reports *every* problem of a config in one :class:`ConfigError`, each on its own line that
-starts with the key and, where one override fixes it, says which: a user who switches the estimator or the env
-sees all that must change at once, not one error per try. The checks look at the values against each other
+:func:`validate` reports *every* problem of a config in one :class:`ConfigProblems` (a ``ConfigError``), each
+on its own line that starts with the key and, where one override fixes it, says which: a user who switches the
+estimator or the env sees all that must change at once, not one error per try. The checks look at the values against each other
 (sizes, ranges, the estimator's needs), then against the world: the env id and the keyword arguments the env
 and its memory take (one env is built and reset: GiGPO's anchor observation shows there), the model folder or
 hub id, and the run folder to resume. :meth:`verlog.ppo.config.Config.derive` only computes sizes.
