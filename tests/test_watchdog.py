@@ -24,7 +24,9 @@ ROOT = Path(__file__).resolve().parents[1]
 # ------------------------------------------------------------------ the signals, by hand
 def test_each_signal_is_measured_from_the_last_good_point() -> None:
     dog = Watchdog(WatchdogConfig())
-    dog.mark_good(4, {"env/invalid_action_rate": 0.1, "losses/entropy": 5.0, "charts/capped_share": 0.2})
+    dog.saved(4)
+    dog.healthy({"env/invalid_action_rate": 0.1, "losses/entropy": 5.0, "charts/capped_share": 0.2})
+    assert dog.good_update == 4
     assert (
         dog.check({"env/invalid_action_rate": 0.35, "losses/entropy": 4.0, "charts/capped_share": 0.5})
         is None
@@ -34,8 +36,20 @@ def test_each_signal_is_measured_from_the_last_good_point() -> None:
     assert "entropy moved by +2.10 nats" in dog.check({"losses/entropy": 7.1})  # noise is a collapse too
     assert "ran to the token cap" in dog.check({"charts/capped_share": 0.95})
     capped = Watchdog(WatchdogConfig())
-    capped.mark_good(0, {"charts/capped_share": 0.97})  # a model that always ran long: not a new sign
+    capped.healthy({"charts/capped_share": 0.85})  # a model that mostly ran long already: not a new sign
     assert capped.check({"charts/capped_share": 1.0}) is None
+
+
+def test_a_saved_checkpoint_is_the_good_point_only_once_the_next_update_passes() -> None:
+    """Checkpoint k holds weights that act only in update k+1: its rollout must look healthy first."""
+    dog = Watchdog(WatchdogConfig())
+    dog.healthy({"losses/entropy": 5.0})  # update 1: the reference, no checkpoint behind it yet
+    dog.saved(1)
+    assert dog.good_update is None and dog.candidate == 1
+    assert dog.check({"losses/entropy": 1.0}) is not None  # update 2 collapsed: checkpoint 1 is not good
+    assert dog.good_update is None
+    dog.healthy({"losses/entropy": 4.9})  # had update 2 been fine, checkpoint 1 would be the good point
+    assert dog.good_update == 1 and dog.candidate is None and dog.good == {"losses/entropy": 4.9}
 
 
 def test_panel_success_falling_by_k_standard_errors_is_a_collapse() -> None:

@@ -98,11 +98,11 @@ class WatchdogConfig:
     enabled: bool = True
     """Roll a collapsed run back to its last good checkpoint with a lower actor learning rate."""
     invalid_rise: float = 0.3
-    """Collapse: the invalid-action rate is this much above the last good point's (absolute, 0..1)."""
+    """Collapse: the invalid-action rate rose this much in one update (absolute, 0..1)."""
     entropy_nats: float = 2.0
-    """Collapse: the entropy moved more than this many nats from the last good point's."""
+    """Collapse: the entropy moved more than this many nats in one update, either way."""
     capped_share: float = 0.9
-    """Collapse: this share of answers ran to the token cap (when fewer did at the last good point)."""
+    """Collapse: this share of answers ran to the token cap, up by 0.3 or more in one update."""
     eval_drop_se: float = 3.0
     """Collapse: panel success fell this many standard errors below the best panel success."""
     lr_factor: float = 0.5

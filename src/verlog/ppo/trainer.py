@@ -238,8 +238,6 @@ class Trainer(TrainerCheckpoints):
                 self.logger.log(metrics, step=self.global_step)
                 best = metrics.get("eval/score", -math.inf) > self.best_score
                 if best or last or (run.checkpoint_every and self.update % run.checkpoint_every == 0):
-                    if self.watchdog is not None:  # healthy and saved: the point a collapse rolls back to
-                        self.watchdog.mark_good(self.update, metrics)
                     self.save()
                 if best:
                     self.best_score = metrics["eval/score"]
@@ -282,11 +280,14 @@ class Trainer(TrainerCheckpoints):
             return str(error)
         if self.watchdog is None:
             return None
-        if not self.watchdog.good:  # the first update's behaviour is the reference until a checkpoint
-            self.watchdog.mark_good(self.watchdog.good_update, metrics)
         metrics["watchdog/rollbacks"] = float(self.watchdog.rollbacks)
         metrics["watchdog/actor_lr"] = self.config.ppo.actor_lr * self.watchdog.lr_scale
-        return self.watchdog.check(metrics)
+        if not self.watchdog.good:  # the first update's behaviour is the reference until a good point
+            self.watchdog.healthy(metrics)
+        reason = self.watchdog.check(metrics)
+        if reason is None:
+            self.watchdog.healthy(metrics)
+        return reason
 
     def _out_of_time(self, started: float, last_update_s: float) -> bool:
         """Whether one more update would end past ``run.max_minutes`` (the main process decides for all)."""

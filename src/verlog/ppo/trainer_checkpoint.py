@@ -15,7 +15,7 @@ from typing import Any
 
 from verlog.models.weights import export_pretrained, weights_checksum
 from verlog.runkit.checkpoint import load_checkpoint, save_checkpoint
-from verlog.runkit.folder import checkpoint_dir, rewind
+from verlog.runkit.folder import checkpoint_dir, checkpoint_name, rewind
 from verlog.runkit.manifest import good_checkpoint
 
 __all__ = ["TrainerCheckpoints"]
@@ -26,6 +26,8 @@ class TrainerCheckpoints:
 
     def save(self) -> Path:
         clock = time.perf_counter()
+        if self.watchdog is not None:
+            self.watchdog.saved(self.update)
         state = {
             "update": self.update,
             "global_step": self.global_step,
@@ -52,9 +54,15 @@ class TrainerCheckpoints:
             export=self._export if self.config.run.export_actor else None,
             keep=self.config.run.keep_checkpoints,
             more_states=self._more_states(),
+            protect=self._protected(),
         )
         self.logger.print(f"checkpoint {path} ({time.perf_counter() - clock:.1f}s)")
         return path
+
+    def _protected(self) -> set[str]:
+        """Checkpoints rotation must keep: the watchdog's good point (and the panel's best, see runkit.folder)."""
+        good = self.watchdog.good_update if self.watchdog else None
+        return {checkpoint_name(good)} if good is not None else set()
 
     def _more_states(self) -> dict[str, Any]:
         """The critic's accelerator, when it is not the actor's (DeepSpeed: one engine per model)."""
@@ -111,7 +119,7 @@ class TrainerCheckpoints:
         at = self.update
         self.watchdog.roll_back(reason)  # raises Collapsed past watchdog.max_rollbacks
         rollbacks, scale = self.watchdog.rollbacks, self.watchdog.lr_scale
-        path, _ = good_checkpoint(checkpoint_dir(self.run_dir), set_aside=self.accelerator.is_main_process)
+        path = checkpoint_dir(self.run_dir) / checkpoint_name(self.watchdog.good_update or 0)
         self._load(path)
         self.watchdog.rollbacks, self.watchdog.lr_scale = (
             rollbacks,

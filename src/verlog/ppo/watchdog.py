@@ -2,13 +2,16 @@
 
 The peers' users report the same failure again and again: answers degenerate into garbage or one repeated
 action, response length runs to the cap, the valid-action rate crashes, and nothing notices until the run
-ends. After every update :meth:`Watchdog.check` compares the update's metrics with those of the newest
-checkpoint the run saved while healthy (:meth:`Watchdog.mark_good`):
+ends. After every update :meth:`Watchdog.check` compares the update's metrics with the last healthy update's: a
+collapse is a sudden change, so a run that learns steadily (entropy falling over many updates) never trips it.
+The run rolls back to its last good point: a checkpoint saved after update k holds weights whose behaviour shows
+only in update k+1's rollout, so a saved checkpoint is a candidate (:meth:`Watchdog.saved`) until the next update
+passes the checks; then it is the good point (:meth:`Watchdog.healthy`). The signals:
 
-- the invalid-action rate rose more than ``watchdog.invalid_rise`` (absolute) above the good point's;
-- the policy's entropy moved more than ``watchdog.entropy_nats`` from the good point's, either way (a policy
-  that collapses onto one answer, or one that dissolves into noise);
-- at least ``watchdog.capped_share`` of the answers ran to the token cap, where fewer did at the good point;
+- the invalid-action rate rose more than ``watchdog.invalid_rise`` (absolute) in one update;
+- the policy's entropy moved more than ``watchdog.entropy_nats`` in one update, either way (a policy that
+  collapses onto one answer, or one that dissolves into noise);
+- at least ``watchdog.capped_share`` of the answers ran to the token cap, up by 0.3 or more in one update;
 - the validation panel's success fell more than ``watchdog.eval_drop_se`` standard errors below its best;
 - and the divergence guard's own stop (weights past ``ppo.max_weight_abs``: :mod:`verlog.runkit.faults`).
 
@@ -26,6 +29,8 @@ __all__ = ["Collapsed", "Watchdog"]
 
 #: The metrics a good point remembers.
 SIGNALS = ("env/invalid_action_rate", "losses/entropy", "charts/capped_share")
+#: How much the share of answers at the token cap must have risen (besides reaching watchdog.capped_share).
+CAPPED_RISE = 0.3
 
 
 class Collapsed(RuntimeError):
@@ -38,15 +43,22 @@ class Watchdog:
     def __init__(self, config: Any) -> None:
         self.config = config  # a WatchdogConfig
         self.good: dict[str, float] = {}
-        self.good_update = 0
+        self.good_update: int | None = None  # the newest checkpoint confirmed good: the one to roll back to
+        self.candidate: int | None = None  # the newest checkpoint saved, not confirmed yet
         self.best_eval: tuple[float, float] | None = None  # (success, its SE) of the best panel so far
         self.rollbacks = 0
         self.lr_scale = 1.0
 
-    def mark_good(self, update: int, metrics: Mapping[str, float]) -> None:
-        """A checkpoint was saved at ``update`` with these metrics: the point to come back to."""
-        self.good_update = update
-        self.good = {key: float(metrics[key]) for key in SIGNALS if math.isfinite(metrics.get(key, math.nan))}
+    def saved(self, update: int) -> None:
+        """A checkpoint was saved after ``update``: good once the next update's behaviour passes the checks."""
+        self.candidate = update
+
+    def healthy(self, metrics: Mapping[str, float]) -> None:
+        """This update passed the checks: its metrics are the reference for the next one (a collapse is a sudden
+        change, so a run that learns steadily never trips it), and the candidate checkpoint behind it is good."""
+        self.good = {k: float(metrics[k]) for k in SIGNALS if math.isfinite(metrics.get(k, math.nan))}
+        if self.candidate is not None:
+            self.good_update, self.candidate = self.candidate, None
 
     def check(self, metrics: Mapping[str, float]) -> str | None:
         """Why this update's metrics look collapsed (one phrase), or None."""
@@ -65,7 +77,7 @@ class Watchdog:
         if shift is not None and abs(shift) > cfg.entropy_nats:
             return f"the entropy moved by {shift:+.2f} nats (watchdog.entropy_nats = {cfg.entropy_nats:g})"
         capped = metrics.get("charts/capped_share", math.nan)
-        if capped >= cfg.capped_share > good.get("charts/capped_share", 1.0):
+        if capped >= cfg.capped_share and capped - good.get("charts/capped_share", 1.0) >= CAPPED_RISE:
             return f"{capped:.0%} of the answers ran to the token cap (watchdog.capped_share = {cfg.capped_share:g})"
         return self.check_eval(metrics)
 
@@ -100,6 +112,7 @@ class Watchdog:
         return {
             "good": self.good,
             "good_update": self.good_update,
+            "candidate": self.candidate,
             "best_eval": list(self.best_eval) if self.best_eval else None,
             "rollbacks": self.rollbacks,
             "lr_scale": self.lr_scale,
@@ -107,7 +120,7 @@ class Watchdog:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.good = {k: float(v) for k, v in state["good"].items()}
-        self.good_update = int(state["good_update"])
+        self.good_update, self.candidate = state["good_update"], state["candidate"]
         self.best_eval = tuple(state["best_eval"]) if state["best_eval"] else None  # type: ignore[assignment]
         self.rollbacks = int(state["rollbacks"])
         self.lr_scale = float(state["lr_scale"])

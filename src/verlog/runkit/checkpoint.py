@@ -52,8 +52,10 @@ def save_checkpoint(
     export: Callable[[Path], None] | None = None,
     keep: int = 2,
     more_states: Mapping[str, Any] | None = None,
+    protect: set[str] | frozenset[str] = frozenset(),
 ) -> Path:
-    """Write checkpoint ``update`` atomically and keep only the newest ``keep``; return its folder.
+    """Write checkpoint ``update`` atomically and keep only the newest ``keep`` (and the ``protect`` ones, and
+    the run's best); return its folder.
 
     The manifest is hashed from the files as they lie on disk just before the rename, so the newest
     checkpoint, which rotation always keeps, is a good one: rotation never leaves only bad ones.
@@ -93,7 +95,7 @@ def save_checkpoint(
         complete = sorted(p for p in root.iterdir() if p.is_dir() and is_checkpoint_name(p.name))
         best = best_checkpoint(run_dir)  # the validation panel's best stays beside the newest
         for old in complete[:-keep]:
-            if old != best:
+            if old != best and old.name not in protect:
                 shutil.rmtree(old, ignore_errors=True)
         for stray in root.glob(".tmp-*"):
             shutil.rmtree(stray, ignore_errors=True)
