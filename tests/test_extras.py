@@ -32,7 +32,14 @@ TESTS = _readme_command("# Set up and pass the tests")
 
 
 def _extras_installed(command: str) -> set[str]:
-    return {extra for group in re.findall(r'-e "\.\[([^\]]*)\]"', command) for extra in group.split(",")}
+    """The extras a command names, plus every extra whose packages those bring (``balrog`` brings
+    ``textworld``)."""
+    named = {extra for group in re.findall(r'-e "\.\[([^\]]*)\]"', command) for extra in group.split(",")}
+    extras = _optional_dependencies()
+    brought = {_requirement_name(r) for extra in named & set(extras) for r in extras[extra]}
+    return named | {
+        e for e, reqs in extras.items() if reqs and {_requirement_name(r) for r in reqs} <= brought
+    }
 
 
 def _optional_dependencies() -> dict[str, list[str]]:
