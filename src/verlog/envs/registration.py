@@ -6,7 +6,7 @@ from typing import Any
 
 from gymnasium.envs.registration import register, registry
 
-__all__ = ["BABYAI_TASKS", "MINIHACK_TASKS", "prompt_example", "register_envs"]
+__all__ = ["BABYAI_TASKS", "MINIHACK_TASKS", "TEXTWORLD_TASKS", "prompt_example", "register_envs"]
 
 #: BabyAI task kinds, as BALROG names them, and the id suffix each is registered under.
 BABYAI_TASKS = {
@@ -26,6 +26,13 @@ MINIHACK_TASKS = {
     "Quest-Medium": "explore, fight and cross rooms and mazes to reach the stairs down",
     "MazeWalk-9x9": "get as far as possible",
     "MazeWalk-15x15": "get as far as possible",
+}
+
+#: BALROG's TextWorld task kinds and the id suffix each is registered under.
+TEXTWORLD_TASKS = {
+    "coin_collector": "CoinCollector",
+    "treasure_hunter": "TreasureHunter",
+    "cooking": "Cooking",
 }
 
 
@@ -93,6 +100,15 @@ def register_envs() -> None:
             f"verlog/MiniHack-{task}-v0",
             "verlog.envs.nethack:MiniHackTextEnv",
             f"MiniHack {task} (BALROG), text observations, progression = success",
+            task=task,
+        )
+
+    # --- TextWorld (BALROG's three task kinds; games generated locally with TextWorld's generator, cached)
+    for task, suffix in TEXTWORLD_TASKS.items():
+        _register(
+            f"verlog/TextWorld-{suffix}-v0",
+            "verlog.envs.textworld_games:TextWorldTextEnv",
+            f"TextWorld {task.replace('_', ' ')} (BALROG difficulty), progression = max(score/max, won)",
             task=task,
         )
 
