@@ -108,6 +108,48 @@ class RawBabaIsAI:
         return outcome.won or outcome.lost or self.steps >= 100
 
 
+class RawNLE:
+    """The NLE env under verlog's NetHack or MiniHack env, stepped with the indices of the actions the text env
+    offers (no text: the arrays only), seeded the same way."""
+
+    def __init__(self, env_id: str) -> None:
+        text_env = gym.make(env_id).unwrapped
+        self.env = text_env._game
+        self.indices = [text_env._action_index[a] for a in text_env.offered_actions]
+        self.num_actions = len(self.indices)
+        self.text_env = text_env
+
+    def reset(self, seed: int) -> None:
+        self.text_env._seeds = (seed, seed + 1)
+        self.text_env._seed_game()
+        self.env.reset()
+
+    def step(self, action: int) -> bool:
+        _, _, terminated, truncated, _ = self.env.step(self.indices[action])
+        return terminated or truncated
+
+
+class RawTextWorld:
+    """TextWorld's own gym env on the game the text env plays, stepped with its admissible commands."""
+
+    def __init__(self, env_id: str) -> None:
+        self.text_env = gym.make(env_id).unwrapped
+        self.num_actions = 8
+        self.commands: list[str] = ["look"]
+        self.steps = 0
+
+    def reset(self, seed: int) -> None:
+        self.text_env.reset(seed=seed)
+        self.env = self.text_env._game
+        _, infos = self.env.reset()
+        self.commands, self.steps = infos["admissible_commands"], 0
+
+    def step(self, action: int) -> bool:
+        _, _, done, infos = self.env.step(self.commands[action % len(self.commands)])
+        self.commands, self.steps = infos["admissible_commands"], self.steps + 1
+        return done or self.steps >= 80
+
+
 @dataclass
 class Game:
     name: str
@@ -129,6 +171,16 @@ def games() -> list[Game]:
         env_id = env_id if env_id in baba_ids else baba_ids[0]
         family = max((f for f in LEVELS if f in env_id), key=len, default=BABAISAI_FAMILY)
         found.append(Game("BabaIsAI", env_id, lambda: RawBabaIsAI(family)))
+    for name, env_id, raw in (
+        ("NetHack", "verlog/NetHack-v0", RawNLE),
+        ("MiniHack", "verlog/MiniHack-Quest-Easy-v0", RawNLE),
+        ("TextWorld", "verlog/TextWorld-CoinCollector-v0", RawTextWorld),
+    ):
+        try:  # an optional game: benchmarked where its package is installed
+            gym.make(env_id).close()
+        except ImportError:
+            continue
+        found.append(Game(name, env_id, lambda env_id=env_id, raw=raw: raw(env_id)))
     return found
 
 
@@ -254,7 +306,9 @@ def report(results: dict[str, Any], console: Console) -> None:
             f"{row['async_steps_per_s']:,.0f}",
         )
     console.print(table)
-    reset = results["crafter_reset_ms"]
+    reset = results.get("crafter_reset_ms")
+    if reset is None:
+        return
     median = reset["text_median"]
     console.print(
         f"Crafter reset, median of {reset['resets']}: text env "
@@ -267,6 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="shorter measurements (~20 s in all)")
     parser.add_argument("--output", type=Path, default=RESULTS, help="where the JSON goes")
+    parser.add_argument("--games", default="", help="comma-separated game names to run (default: all)")
     args = parser.parse_args(argv)
     seconds, resets = (0.6, 10) if args.quick else (2.5, 30)
     console = Console()
@@ -279,7 +334,10 @@ def main(argv: list[str] | None = None) -> int:
         "targets": {"text_over_raw": TEXT_OVER_RAW_TARGET, "crafter_reset_ms": CRAFTER_RESET_MS_TARGET},
         "games": {},
     }
+    chosen = {g.strip().lower() for g in args.games.split(",") if g.strip()}
     for game in games():
+        if chosen and game.name.lower() not in chosen:
+            continue
         console.print(f"[dim]{game.name} ({game.env_id})...[/]")
         raw = raw_steps_per_s(game.raw(), seconds)
         text = text_steps_per_s(game.env_id, seconds)
@@ -292,8 +350,9 @@ def main(argv: list[str] | None = None) -> int:
             "sync_steps_per_s": vector_steps_per_s(game.env_id, "sync", seconds),
             "async_steps_per_s": vector_steps_per_s(game.env_id, "async", seconds),
         }
-    console.print("[dim]Crafter resets...[/]")
-    results["crafter_reset_ms"] = crafter_reset_ms(resets)
+    if not chosen or "crafter" in chosen:
+        console.print("[dim]Crafter resets...[/]")
+        results["crafter_reset_ms"] = crafter_reset_ms(resets)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(results, indent=2) + "\n")
     report(results, console)

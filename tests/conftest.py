@@ -11,6 +11,9 @@ from collections.abc import Iterator
 
 import pytest
 
+# TextWorld games are generated on first use (seconds each) and cached: the suite plays a pool of one per kind.
+os.environ.setdefault("VERLOG_TEXTWORLD_GAMES", "1")
+
 LAUNCH_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 

@@ -46,14 +46,29 @@ def _responses(info: dict[str, Any], rng: random.Random) -> str:
     return JUNK if rng.random() < 0.1 else rng.choice(info["valid_actions"])
 
 
-def _check_info(info: dict[str, Any], *, at_reset: bool) -> None:
+def _free_text(env_id: str) -> bool:
+    """Whether the game sends any answer to its own parser (TextWorld) instead of a fallback action."""
+    return bool(getattr(_creator(env_id), "free_text", False))
+
+
+def _skip_free_text(env_id: str) -> None:
+    if _free_text(env_id):
+        pytest.skip("free-text game: no fallback action, any answer runs as typed (see its own tests)")
+
+
+def _check_info(info: dict[str, Any], *, at_reset: bool, free_text: bool = False) -> None:
     missing = [key for key in INFO_KEYS if key not in info]
     assert not missing, f"info lacks {missing}"
     assert isinstance(info["instruction"], str) and info["instruction"].strip()
     actions = info["valid_actions"]
     assert isinstance(actions, list) and actions and all(isinstance(a, str) and a for a in actions)
     assert isinstance(info["action_valid"], bool)
-    assert info["executed_action"] == "" if at_reset else info["executed_action"] in actions
+    if at_reset:
+        assert info["executed_action"] == ""
+    elif not free_text:
+        assert info["executed_action"] in actions
+    else:  # a free-text game (TextWorld) runs any answer as typed; its list is the new state's commands
+        assert isinstance(info["executed_action"], str) and info["executed_action"]
     assert isinstance(info["progression"], float) and 0.0 <= info["progression"] <= 1.0
     assert isinstance(info["invalid_actions"], int) and info["invalid_actions"] >= 0
 
@@ -77,11 +92,11 @@ def test_seeded_runs_are_identical_and_infos_complete(env_id: str) -> None:
     for _ in range(2):
         env, rng = gym.make(env_id), random.Random(7)
         obs, info = env.reset(seed=123)
-        _check_info(info, at_reset=True)
+        _check_info(info, at_reset=True, free_text=_free_text(env_id))
         run: list[Any] = [(obs, _contract_view(info))]
         for _ in range(50):
             obs, reward, terminated, truncated, info = env.step(_responses(info, rng))
-            _check_info(info, at_reset=False)
+            _check_info(info, at_reset=False, free_text=_free_text(env_id))
             assert isinstance(obs, str) and obs in env.observation_space
             run.append((obs, float(reward), terminated, truncated, _contract_view(info)))
             if terminated or truncated:
@@ -152,6 +167,7 @@ def test_vector_autoreset_starts_the_next_episode(env_id: str, mode: str) -> Non
 
 @pytest.mark.parametrize("env_id", ENV_IDS)
 def test_a_chosen_fallback_runs_after_an_invalid_response(env_id: str) -> None:
+    _skip_free_text(env_id)
     game_default = gym.make(env_id).unwrapped.default_action
     fallback = next(a for a in gym.make(env_id).unwrapped.actions if a != game_default)
     chosen = gym.make(env_id, invalid_action_fallback=fallback)
@@ -169,6 +185,7 @@ def test_a_chosen_fallback_runs_after_an_invalid_response(env_id: str) -> None:
 
 @pytest.mark.parametrize("env_id", ENV_IDS)
 def test_offered_actions_are_listed_accepted_and_nothing_else(env_id: str) -> None:
+    _skip_free_text(env_id)
     game = gym.make(env_id).unwrapped
     offered = list(reversed(game.actions[:2]))
     refused = game.actions[2]
@@ -188,6 +205,7 @@ def test_offered_actions_are_listed_accepted_and_nothing_else(env_id: str) -> No
 
 @pytest.mark.parametrize("env_id", ENV_IDS)
 def test_invalid_actions_run_the_default_and_add_the_penalty(env_id: str) -> None:
+    _skip_free_text(env_id)
     penalised = gym.make(env_id, invalid_action_penalty=-0.25)
     silent = gym.make(env_id, invalid_action_penalty=-0.25, invalid_action_feedback=False)
     reference = gym.make(env_id)

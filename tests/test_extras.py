@@ -32,7 +32,14 @@ TESTS = _readme_command("# Set up and pass the tests")
 
 
 def _extras_installed(command: str) -> set[str]:
-    return {extra for group in re.findall(r'-e "\.\[([^\]]*)\]"', command) for extra in group.split(",")}
+    """The extras a command names, plus every extra whose packages those bring (``balrog`` brings
+    ``textworld``)."""
+    named = {extra for group in re.findall(r'-e "\.\[([^\]]*)\]"', command) for extra in group.split(",")}
+    extras = _optional_dependencies()
+    brought = {_requirement_name(r) for extra in named & set(extras) for r in extras[extra]}
+    return named | {
+        e for e, reqs in extras.items() if reqs and {_requirement_name(r) for r in reqs} <= brought
+    }
 
 
 def _optional_dependencies() -> dict[str, list[str]]:
@@ -111,3 +118,24 @@ def test_models_get_without_gguf_stops_with_one_line_naming_the_extra(tmp_path: 
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and 'pip install -e ".[train]"' in lines[0] and "gguf" in lines[0], done.stderr
     assert not (tmp_path / "model").exists()
+
+
+@pytest.mark.parametrize(
+    ("module", "env_id", "named"),
+    [
+        ("nle", "verlog/NetHack-v0", '".[balrog]" && pip install --no-deps nle==1.3.0 minihack==1.0.2'),
+        ("minihack", "verlog/MiniHack-Corridor-R3-v0", "--no-deps nle==1.3.0 minihack==1.0.2"),
+        ("textworld", "verlog/TextWorld-Cooking-v0", 'pip install -e ".[textworld]"'),
+    ],
+)
+def test_a_missing_game_package_stops_gym_make_with_one_line_naming_the_extra(
+    module: str, env_id: str, named: str
+) -> None:
+    code = (
+        f"import sys; sys.modules[{module!r}] = None\n"
+        "import gymnasium as gym, verlog\n"
+        "from verlog.extras import MissingPackage\n"
+        f"try:\n    gym.make({env_id!r})\nexcept MissingPackage as e:\n    print(e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.count("\n") == 1 and named in out, out

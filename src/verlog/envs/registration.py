@@ -6,7 +6,7 @@ from typing import Any
 
 from gymnasium.envs.registration import register, registry
 
-__all__ = ["BABYAI_TASKS", "prompt_example", "register_envs"]
+__all__ = ["BABYAI_TASKS", "MINIHACK_TASKS", "TEXTWORLD_TASKS", "prompt_example", "register_envs"]
 
 #: BabyAI task kinds, as BALROG names them, and the id suffix each is registered under.
 BABYAI_TASKS = {
@@ -15,6 +15,24 @@ BABYAI_TASKS = {
     "open": "Open",
     "putnext": "PutNext",
     "pick_up_seq_go_to": "PickUpSeqGoTo",
+}
+
+#: BALROG's MiniHack tasks (without Boxoban, whose level files no registry package ships) and the goal BALROG's
+#: prompt gives each; plain data, so registering needs no nle.
+MINIHACK_TASKS = {
+    "Corridor-R3": "reach the stairs down",
+    "CorridorBattle-Dark": "reach the stairs down",
+    "Quest-Easy": "explore, fight and cross rooms and mazes to reach the stairs down",
+    "Quest-Medium": "explore, fight and cross rooms and mazes to reach the stairs down",
+    "MazeWalk-9x9": "get as far as possible",
+    "MazeWalk-15x15": "get as far as possible",
+}
+
+#: BALROG's TextWorld task kinds and the id suffix each is registered under.
+TEXTWORLD_TASKS = {
+    "coin_collector": "CoinCollector",
+    "treasure_hunter": "TreasureHunter",
+    "cooking": "Cooking",
 }
 
 
@@ -70,6 +88,29 @@ def register_envs() -> None:
         "BabaIsAI, one of the 40 BALROG level families drawn per reset",
         levels=LEVELS,
     )
+
+    # --- NetHack and MiniHack (nle; BALROG's tasks, text and progression)
+    _register(
+        "verlog/NetHack-v0",
+        "verlog.envs.nethack:NetHackTextEnv",
+        "NetHack (NLE challenge), BALROG's text, progression = dungeon/experience milestones",
+    )
+    for task in MINIHACK_TASKS:
+        _register(
+            f"verlog/MiniHack-{task}-v0",
+            "verlog.envs.nethack:MiniHackTextEnv",
+            f"MiniHack {task} (BALROG), text observations, progression = success",
+            task=task,
+        )
+
+    # --- TextWorld (BALROG's three task kinds; games generated locally with TextWorld's generator, cached)
+    for task, suffix in TEXTWORLD_TASKS.items():
+        _register(
+            f"verlog/TextWorld-{suffix}-v0",
+            "verlog.envs.textworld_games:TextWorldTextEnv",
+            f"TextWorld {task.replace('_', ' ')} (BALROG difficulty), progression = max(score/max, won)",
+            task=task,
+        )
 
 
 def prompt_example(env_id: str) -> tuple[str, str, str] | None:

@@ -89,9 +89,15 @@ def evaluate(
     are kept: the same command resumes).
     """
     the_suite = resolve_suite(suite)
-    n = the_suite.default_episodes if episodes is None else int(episodes)
-    if n < 1:
-        raise EvalError(f"episodes must be at least 1, got {n}")
+    counts = the_suite.episodes(episodes)
+    if min(counts.values()) < 1:
+        raise EvalError(f"episodes must be at least 1, got {episodes}")
+    per_game = {game_of(task): count for task, count in counts.items()}
+    n: int | str = (
+        next(iter(counts.values()))
+        if len(set(counts.values())) == 1
+        else "BALROG's (" + ", ".join(f"{g} {c}" for g, c in per_game.items()) + ")"
+    )
     if vectorization_mode not in ("sync", "async"):
         raise EvalError(f"vectorization mode must be 'sync' or 'async', got {vectorization_mode!r}")
     folder = (
@@ -121,7 +127,7 @@ def evaluate(
     }
     log = EpisodeLog(folder / EPISODES_FILE)
     records = _check_resume(folder, settings, log)
-    wanted = {(task, episode_seed(seed, task, i)) for task in the_suite.tasks for i in range(n)}
+    wanted = {(task, episode_seed(seed, task, i)) for task in the_suite.tasks for i in range(counts[task])}
     done = {(r["task"], r["seed"]) for r in records} & wanted
     folder.mkdir(parents=True, exist_ok=True)
     attach_run_log(folder)  # the libraries' notices (model loading, the engine) go there while quiet
@@ -138,7 +144,7 @@ def evaluate(
         turns: list[dict[str, Any]] = []
         try:
             played = play(
-                player, the_suite.tasks, n, seed, env, done=done, on_record=keep, on_turn=turns.append
+                player, the_suite.tasks, counts, seed, env, done=done, on_record=keep, on_turn=turns.append
             )
         except _api_error() as error:
             EpisodeLog(folder / FAILURES_FILE).append(
@@ -336,7 +342,8 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         metavar="N",
-        help="seeded episodes per task (default BALROG's: babyai 10, babaisai 3, crafter 10)",
+        help="seeded episodes per task (default BALROG's: babyai 10, babaisai 3, crafter 10, textworld 10, "
+        "minihack 5, nethack 5)",
     )
     parser.add_argument("--seed", type=int, default=0, help="base seed of the episode seeds (default 0)")
     parser.add_argument(

@@ -225,7 +225,7 @@ class _TaskEnvs:
 def play(
     agent: Agent,
     tasks: Sequence[str],
-    episodes: int,
+    episodes: int | Mapping[str, int],
     base_seed: int,
     settings: EnvSettings,
     *,
@@ -233,7 +233,8 @@ def play(
     on_record: Callable[[dict[str, Any]], None] = lambda record: None,
     on_turn: Callable[[dict[str, Any]], None] | None = None,
 ) -> int:
-    """Play episodes ``0..episodes-1`` of every task, except the ``(task, seed)`` pairs in ``done``.
+    """Play episodes ``0..episodes-1`` of every task (``episodes[task]`` when a mapping), except the
+    ``(task, seed)`` pairs in ``done``.
 
     ``on_record`` gets each episode's record as it ends, ``on_turn`` every turn (see ``_TaskEnvs.step``).
     Returns the number of episodes played.
@@ -246,7 +247,9 @@ def play(
         for task in tasks
         if (
             pending := deque(
-                i for i in range(episodes) if (task, episode_seed(base_seed, task, i)) not in finished
+                i
+                for i in range(episodes[task] if isinstance(episodes, Mapping) else episodes)
+                if (task, episode_seed(base_seed, task, i)) not in finished
             )
         )
     )

@@ -1,7 +1,8 @@
 """What an evaluation plays: suites of env ids, the game each id belongs to, and the seed of every episode.
 
-A suite is a name (``babyai``: BALROG's five tasks, ``babaisai``: the 40 level families, ``crafter``) or a
-list of registered ids. Episode ``i`` of task ``k`` is always reset with :func:`episode_seed` of
+A suite is a name (``babyai``: BALROG's five tasks, ``babaisai``: the 40 level families, ``crafter``,
+``textworld``: three task kinds, ``minihack``: six tasks, ``nethack``, and ``balrog``: all six games, each
+task played as many times as BALROG plays it) or a list of registered ids. Episode ``i`` of task ``k`` is always reset with :func:`episode_seed` of
 ``(base seed, k, i)``: the same episodes for every model and every run, whatever the number of parallel envs
 or the order episodes finish in, so scores are comparable (BALROG draws a fresh seed from the clock).
 """
@@ -12,7 +13,7 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from verlog.envs.registration import BABYAI_TASKS
+from verlog.envs.registration import BABYAI_TASKS, MINIHACK_TASKS, TEXTWORLD_TASKS
 
 __all__ = [
     "DEFAULT_EPISODES",
@@ -24,10 +25,11 @@ __all__ = [
     "short_name",
 ]
 
-#: Episodes per task that BALROG plays (``config.yaml``: babyai 10, babaisai 3, crafter 10).
-DEFAULT_EPISODES = {"babyai": 10, "babaisai": 3, "crafter": 10}
-#: The suite names :func:`resolve_suite` knows.
-SUITES = ("babyai", "babaisai", "crafter")
+#: Episodes per task that BALROG plays (``config.yaml``: babyai 10, babaisai 3, crafter 10, textworld 10,
+#: minihack 5, nle 5).
+DEFAULT_EPISODES = {"babyai": 10, "babaisai": 3, "crafter": 10, "textworld": 10, "minihack": 5, "nethack": 5}
+#: The suite names :func:`resolve_suite` knows; ``balrog`` is all six games, each with its episode count.
+SUITES = ("babyai", "babaisai", "crafter", "textworld", "minihack", "nethack", "balrog")
 
 
 @dataclass(frozen=True)
@@ -38,11 +40,32 @@ class Suite:
     tasks: tuple[str, ...]
     default_episodes: int
 
+    def episodes(self, override: int | None = None) -> dict[str, int]:
+        """Episodes per task: ``override`` for every task, else BALROG's count for each task's game."""
+        if override is not None:
+            return dict.fromkeys(self.tasks, int(override))
+        return {task: DEFAULT_EPISODES.get(game_of(task), self.default_episodes) for task in self.tasks}
+
 
 def _babaisai_ids() -> tuple[str, ...]:
     from verlog.envs.babaisai.levels import LEVELS  # plain data; the game module may land later
 
     return tuple(f"verlog/BabaIsAI-{family}-v0" for family in LEVELS)
+
+
+def _game_ids(game: str) -> tuple[str, ...]:
+    """The ids BALROG plays of one game."""
+    if game == "babyai":
+        return tuple(f"verlog/BabyAI-{suffix}-v0" for suffix in BABYAI_TASKS.values())
+    if game == "babaisai":
+        return _babaisai_ids()
+    if game == "textworld":
+        return tuple(f"verlog/TextWorld-{suffix}-v0" for suffix in TEXTWORLD_TASKS.values())
+    if game == "minihack":
+        return tuple(f"verlog/MiniHack-{task}-v0" for task in MINIHACK_TASKS)
+    if game == "nethack":
+        return ("verlog/NetHack-v0",)
+    return ("verlog/Crafter-v0",)
 
 
 def resolve_suite(spec: str | Sequence[str]) -> Suite:
@@ -55,12 +78,12 @@ def resolve_suite(spec: str | Sequence[str]) -> Suite:
     import verlog  # noqa: F401  (registers the verlog/... ids)
 
     if isinstance(spec, str) and spec in SUITES:
-        if spec == "babyai":
-            tasks = tuple(f"verlog/BabyAI-{suffix}-v0" for suffix in BABYAI_TASKS.values())
-        elif spec == "babaisai":
-            tasks = _babaisai_ids()
-        else:
-            tasks = ("verlog/Crafter-v0",)
+        games = (
+            ("babyai", "babaisai", "crafter", "textworld", "minihack", "nethack")
+            if spec == "balrog"
+            else (spec,)
+        )
+        tasks = tuple(task for game in games for task in _game_ids(game))
         name = spec
     else:
         items = spec.split(",") if isinstance(spec, str) else list(spec)

@@ -1,0 +1,50 @@
+"""TextWorld (BALROG's task kinds): the generator's walkthrough wins, any text runs as typed, partial credit."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import pytest
+
+pytest.importorskip("textworld")
+
+import verlog  # noqa: E402,F401
+
+IDS = [
+    "verlog/TextWorld-CoinCollector-v0",
+    "verlog/TextWorld-TreasureHunter-v0",
+    "verlog/TextWorld-Cooking-v0",
+]
+
+
+@pytest.mark.parametrize("env_id", IDS)
+def test_the_walkthrough_wins_with_full_progression(env_id: str) -> None:
+    env = gym.make(env_id, games=1)
+    obs, info = env.reset(seed=0)
+    assert info["goal"] not in obs and "TextWorld" not in obs.splitlines()[0]  # banner and objective cut
+    assert info["progression"] == 0.0
+    total, terminated = 0.0, False
+    for command in env.unwrapped.walkthrough():
+        obs, reward, terminated, truncated, info = env.step(command)
+        total += reward
+        if terminated or truncated:
+            break
+    assert terminated and info["won"] and info["progression"] == 1.0
+    assert total == info["max_score"] == info["score"]
+    env.close()
+
+
+def test_any_text_runs_as_typed_and_counts_as_invalid() -> None:
+    env = gym.make(IDS[0], games=1, invalid_action_penalty=-0.5)
+    env.reset(seed=0)
+    obs, reward, terminated, truncated, info = env.step("I think so.\nACTION: dance wildly")
+    assert info["executed_action"] == "dance wildly" and not info["action_valid"]
+    assert "not a verb I recognise" in obs and reward == -0.5 and info["invalid_actions"] == 1
+    assert env.step("LOOK")[4]["action_valid"]  # an admissible command, matched leniently
+
+
+def test_an_unfinished_game_ends_at_the_step_limit_with_its_partial_score() -> None:
+    env = gym.make(IDS[0], games=1, max_steps=3)
+    env.reset(seed=0)
+    for _ in range(3):
+        *_, terminated, truncated, info = env.step("look")
+    assert truncated and not terminated and info["progression"] == 0.0
