@@ -45,7 +45,7 @@ from verlog.evaluation.agents import (
 )
 from verlog.evaluation.runner import EnvSettings, EpisodeLog, play
 from verlog.evaluation.scoring import summarize
-from verlog.evaluation.suites import episode_seed, game_of, resolve_suite
+from verlog.evaluation.suites import episode_seed, episodes_label, game_of, resolve_suite
 from verlog.pipes import closed_pipe_ok
 from verlog.quiet import attach_run_log, quiet_console
 from verlog.runkit.folder import CHECKPOINTS, CONFIG_FILE
@@ -92,12 +92,7 @@ def evaluate(
     counts = the_suite.episodes(episodes)
     if min(counts.values()) < 1:
         raise EvalError(f"episodes must be at least 1, got {episodes}")
-    per_game = {game_of(task): count for task, count in counts.items()}
-    n: int | str = (
-        next(iter(counts.values()))
-        if len(set(counts.values())) == 1
-        else "BALROG's (" + ", ".join(f"{g} {c}" for g, c in per_game.items()) + ")"
-    )
+    n = episodes_label(counts)
     if vectorization_mode not in ("sync", "async"):
         raise EvalError(f"vectorization mode must be 'sync' or 'async', got {vectorization_mode!r}")
     folder = (

@@ -19,6 +19,7 @@ __all__ = [
     "DEFAULT_EPISODES",
     "SUITES",
     "Suite",
+    "episodes_label",
     "episode_seed",
     "game_of",
     "resolve_suite",
@@ -45,6 +46,14 @@ class Suite:
         if override is not None:
             return dict.fromkeys(self.tasks, int(override))
         return {task: DEFAULT_EPISODES.get(game_of(task), self.default_episodes) for task in self.tasks}
+
+
+def episodes_label(counts: dict[str, int]) -> int | str:
+    """Episodes per task for the summary: one number, or BALROG's count per game when they differ."""
+    if len(set(counts.values())) == 1:
+        return next(iter(counts.values()))
+    per_game = {game_of(task): count for task, count in counts.items()}
+    return "BALROG's (" + ", ".join(f"{g} {c}" for g, c in per_game.items()) + ")"
 
 
 def _babaisai_ids() -> tuple[str, ...]:
