@@ -11,8 +11,8 @@ and the batch shape differ:
 
 * ``gae``: the preset, PPO with a critic (32 envs x 8 turns per update);
 * ``grpo`` / ``gigpo`` / ``rloo``: ``algo.advantage`` set, 16 envs in groups of 4 (4 groups of 4 whole
-  episodes per update, up to ``MAX_TURNS`` turns each), with the defaults for dynamic sampling (a group without
-  signal played again up to twice, then left out); every turn played counts against the budget.
+  episodes per update, up to ``MAX_TURNS`` turns each), groups without signal left out of the update (and played
+  again first with ``algo.resample_attempts=k`` among the overrides); every turn played counts against the budget.
 
 All share the same episode limit (``env.kwargs.max_episode_steps = MAX_TURNS``), so the task is the same. Each
 run is its own process (``--one``) and stops at the first update that reaches the budget; its peak resident
@@ -51,6 +51,7 @@ COMMON = [
     "run.samples_every=0",
     "run.console=false",
     "run.total_updates=100000",  # the turn budget stops the run
+    "watchdog.enabled=false",  # the estimators alone (the watchdog came after the PPO rows kept with --keep)
     f"env.kwargs={{invalid_action_penalty = 0.0, invalid_action_feedback = false, max_episode_steps = {MAX_TURNS}}}",
 ]
 GROUPS = ["env.num_envs=16", "algo.group_size=4", f"algo.max_episode_turns={MAX_TURNS}"]

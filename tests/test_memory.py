@@ -260,8 +260,8 @@ def test_memories_work_with_every_game_family(env_id: str, memory: str) -> None:
         warnings.filterwarnings("ignore", message=".*different from the unwrapped version.*")
         check_env(env, skip_render_check=True)
     obs, info = env.reset(seed=0)
-    actions = info["valid_actions"]
     for i in range(6):
+        actions = info["valid_actions"]  # TextWorld lists the current state's commands
         obs, *_, info = env.step(f"NOTES: step {i}\nACTION: {actions[i % len(actions)]}")
         assert info["action_valid"]
         assert obs in env.observation_space
