@@ -358,7 +358,9 @@ def test_a_bad_group_size_stops_the_script_before_any_model_loads(tmp_path: Path
 
 
 @pytest.mark.parametrize("estimator", ["grpo", "gigpo", "rloo"])
-def test_the_tiny_preset_runs_each_critic_free_estimator_with_no_other_key(estimator: str) -> None:
+def test_the_tiny_preset_passes_validation_for_each_critic_free_estimator_with_no_other_key(
+    estimator: str,
+) -> None:
     config = load_config(ROOT / "envs" / "tiny.toml", [f'algo.advantage="{estimator}"'])
     validate(config)  # 4 envs: groups of 4; the preset's critic pre-training does not apply (no critic)
     assert config.algo.groups_of(config.env.num_envs) == 4

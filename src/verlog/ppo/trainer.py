@@ -171,6 +171,11 @@ class Trainer(TrainerCheckpoints):
         self.reference_engine = m.reference_engine
         self.actor_optimizer, self.critic_optimizer = m.actor_optimizer, m.critic_optimizer
 
+    def _rebuild_envs(self) -> None:
+        """New envs at the curriculum's current stage, in place of the old ones (the rollout's too)."""
+        self.envs.close()
+        self.envs = self.rollout.envs = self._make_envs()
+
     def _make_envs(self) -> Any:
         """This process's N envs, at the curriculum's stage."""
         seed = self.config.run.seed + self.accelerator.process_index * self.config.env.num_envs
@@ -182,8 +187,7 @@ class Trainer(TrainerCheckpoints):
             return
         metrics["curriculum/stage"] = float(self.curriculum.stage + 1)  # the stage this update played
         if self.curriculum.observe(metrics):
-            self.envs.close()
-            self.envs = self.rollout.envs = self._make_envs()
+            self._rebuild_envs()
             if self.config.algo.critic:  # turn batches continue across updates: slot 0 starts afresh
                 observations, infos = self.envs.reset()
                 self.storage.reset_first(self.rollout.first_prompts(observations, infos))
@@ -262,9 +266,9 @@ class Trainer(TrainerCheckpoints):
         metrics = play_panel(self.config, self.sampler, self.panel_prompts)
         self.sampler.offload()
         self.logger.print(
-            f"panel at update {self.update}: success {metrics['eval/success']:.2f} ± {metrics['eval/success_se']:.2f}, "
+            f"panel @{self.update}: success {metrics['eval/success']:.2f} ± {metrics['eval/success_se']:.2f}, "
             f"score {metrics['eval/score']:.1f} ± {metrics['eval/score_se']:.1f}, invalid "
-            f"{metrics['eval/invalid_action_rate']:.2f} ({metrics['eval/episodes']:.0f} episodes, {metrics['time/eval']:.1f}s)"
+            f"{metrics['eval/invalid_action_rate']:.2f} ({metrics['eval/episodes']:.0f} ep, {metrics['time/eval']:.1f}s)"
         )
         return metrics
 
@@ -282,9 +286,7 @@ class Trainer(TrainerCheckpoints):
             return None
         metrics["watchdog/rollbacks"] = float(self.watchdog.rollbacks)
         metrics["watchdog/actor_lr"] = self.config.ppo.actor_lr * self.watchdog.lr_scale
-        if not self.watchdog.good:  # the first update's behaviour is the reference until a good point
-            self.watchdog.healthy(metrics)
-        reason = self.watchdog.check(metrics)
+        reason = self.watchdog.check(metrics)  # before any healthy update, only the panel's drop can say
         if reason is None:
             self.watchdog.healthy(metrics)
         return reason

@@ -88,8 +88,7 @@ class TrainerCheckpoints:
         state, envs = load_checkpoint(path, accelerator=self.accelerator, more_states=self._more_states())
         if self.curriculum is not None and state.get("curriculum"):  # the stage's envs, then their episodes
             self.curriculum.load_state_dict(state["curriculum"])
-            self.envs.close()
-            self.envs = self.rollout.envs = self._make_envs()
+            self._rebuild_envs()
         if envs is None or len(envs) != self.envs.num_envs:
             raise ValueError(f"{path} holds no env states for {self.envs.num_envs} sub-envs")
         self.envs.set_attr("replay_state", envs)  # replays each sub-env's episode (seed + actions)
