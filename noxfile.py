@@ -71,8 +71,30 @@ def learn(session: nox.Session) -> None:
 
 @nox.session
 def learn_real(session: nox.Session) -> None:
-    """PPO from SmolLM2-135M-Instruct on BabyAI GoTo (CPU, about an hour); exits non-zero unless it learned."""
+    """PPO from SmolLM2-135M-Instruct on BabyAI GoTo, small room (CPU; -- --seed N); non-zero unless it learned."""
     session.run("python", "benchmarks/learn_real.py", *session.posargs)
+
+
+@nox.session
+def learn_goto(session: nox.Session) -> None:
+    """SmolLM2 on BALROG's own GoTo through a curriculum (CPU; -- --seed N); non-zero unless it learned."""
+    session.run(
+        "python",
+        "benchmarks/learn_real.py",
+        "--config",
+        "envs/learn_goto.toml",
+        "--episodes",
+        "96",
+        *session.posargs,
+    )
+
+
+@nox.session
+def learn_babaisai(session: nox.Session) -> None:
+    """SmolLM2 on BabaIsAI's goto_win families (CPU; -- --seed N); non-zero unless it learned."""
+    session.run(
+        "python", "benchmarks/learn_real.py", "--config", "envs/learn_babaisai.toml", *session.posargs
+    )
 
 
 @nox.session

