@@ -79,6 +79,10 @@ def plot(results: dict[str, Any], path: Path) -> None:
     axes[0].plot([], [], "s", color="tab:red", label="judge: invalid-action rate ± SE")
     task = results["task"]
     fig.suptitle(f"PPO, SmolLM2-135M-Instruct, {task['env_id']} (CPU)", fontsize=10)
-    fig.legend(*axes[0].get_legend_handles_labels(), fontsize=8, loc="lower center", ncol=3, frameon=False)
+    legend: dict[str, Any] = {}  # every label once, from whichever seed drew it (a seed may have no panel)
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            legend.setdefault(label, handle)
+    fig.legend(list(legend.values()), list(legend), fontsize=8, loc="lower center", ncol=3, frameon=False)
     fig.tight_layout(rect=(0, 0.1, 1, 1))
     fig.savefig(path, dpi=110)
