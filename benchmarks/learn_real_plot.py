@@ -70,7 +70,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
     from matplotlib.figure import Figure
 
     seeds = results["seeds"]
-    fig = Figure(figsize=(4.2 * len(seeds) + 1.0, 4.8))
+    fig = Figure(figsize=(max(9.0, 4.2 * len(seeds) + 1.0), 4.8))  # wide enough for the legend
     axes = fig.subplots(1, len(seeds), squeeze=False, sharey=True)[0]
     for ax, entry in zip(axes, seeds, strict=True):
         _seed_panel(ax, entry)
