@@ -157,6 +157,45 @@ def test_defeat_reward() -> None:
     assert terminated and reward == -1.0 and info["end_reason"] == "defeat"
 
 
+SHAPING_MAP = """
+    #########
+    #B=Y....#
+    #.......#
+    #..@.k..#
+    #K=V....#
+    #########
+"""
+
+
+@pytest.mark.parametrize("shaping", [0.0, 0.5])
+def test_shaping_pays_for_steps_toward_win_and_leaves_success_alone(shaping: float) -> None:
+    env = BabaIsAIEnv(level="goto_win", shaping=shaping)
+    env.reset(seed=0)
+    env.board, env.state = level_from_map(SHAPING_MAP)
+    rewards = {}
+    for action in (
+        "right",
+        "left",
+        "up",
+        "down",
+        "idle",
+        "nonsense",
+    ):  # distance 2 -> 1 -> 2 -> 3 -> 2 -> 2 -> 2
+        rewards[action] = env.step(action)[1]
+    assert rewards == pytest.approx(
+        {"right": shaping, "left": -shaping, "up": -shaping, "down": shaping, "idle": 0.0, "nonsense": 0.0}
+    )
+    env.step("right")
+    _, reward, terminated, _, info = env.step("right")  # onto the key: the win pays its own reward only
+    assert terminated and info["won"] and info["progression"] == 1.0
+    assert reward == pytest.approx(1 - 0.9 * 8 / 100)
+
+
+def test_shaping_must_be_a_non_negative_weight() -> None:
+    with pytest.raises(ValueError, match="shaping"):
+        BabaIsAIEnv(shaping=-0.1)
+
+
 def test_truncation_after_max_steps() -> None:
     env = BabaIsAIEnv(level="goto_win", max_steps=2)
     env.reset(seed=0)
