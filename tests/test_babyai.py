@@ -449,6 +449,27 @@ def test_smaller_and_larger_rooms_are_solvable(task, room_size):
         assert obs == expected_text(env.level)
 
 
+@pytest.mark.parametrize("shaping", [0.0, 0.1])
+def test_goto_shaping_pays_for_facing_and_walking_toward_the_object(shaping):
+    env = gym.make("verlog/BabyAI-GoTo-v0", shaping=shaping, room_size=5)
+    env.reset(seed=0)  # facing up, the green key one step right and two forward
+    rewards = [env.step(a)[1] for a in ("turn left", "turn right", "go forward", "pick up", "go forward")]
+    assert rewards == pytest.approx([-2 * shaping, 2 * shaping, shaping, 0.0, -shaping])
+    _, reward, terminated, _, info = env.step(
+        "turn right"
+    )  # the key is in front: success pays minigrid's own reward
+    assert terminated and info["success"] and info["progression"] == 1.0
+    assert reward == pytest.approx(1 - 0.9 * 6 / info["max_steps"])
+
+
+def test_shaping_is_goto_only_and_a_non_negative_weight():
+    env = gym.make("verlog/BabyAI-Pickup-v0", shaping=0.5)
+    env.reset(seed=0)
+    assert {env.step(a)[1] for a in ("turn left", "go forward", "turn right")} == {0.0}
+    with pytest.raises(ValueError, match="shaping"):
+        BabyAITextEnv(shaping=-1.0)
+
+
 def test_bad_arguments_are_reported():
     with pytest.raises(ValueError, match="goto, pickup, open, putnext, pick_up_seq_go_to"):
         BabyAITextEnv("go_to")

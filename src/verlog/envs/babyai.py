@@ -232,6 +232,11 @@ class BabyAITextEnv(TextEnv):
         invalid_action_fallback: the action run after an invalid response instead of BALROG's "go forward"
             (which rewards garbage in GoTo); ``"pick up"`` is a no-op in GoTo.
         offered_actions: the actions listed and accepted, e.g. the three moves for GoTo (default: all six).
+        shaping: weight of a potential-based shaping reward for GoTo, for training only: every step also pays
+            ``shaping * (before - after)``, where before and after are the grid distance from the cell in
+            front of the agent to the nearest object the mission names (GoTo succeeds at 0), so a turn or a
+            step toward the object pays and one away costs. Success and ``progression`` are unchanged; other
+            tasks get no shaping. 0 (BALROG's sparse reward) is off.
         invalid_action_penalty, invalid_action_feedback, strict_parsing, render_mode: see
             :class:`~verlog.envs.base.TextEnv`; ``render_mode`` may also be ``"rgb_array"`` (the full grid).
     """
@@ -282,6 +287,7 @@ class BabyAITextEnv(TextEnv):
         render_mode: str | None = None,
         invalid_action_fallback: str | None = None,
         offered_actions: Sequence[str] | None = None,
+        shaping: float = 0.0,
     ) -> None:
         super().__init__(
             invalid_action_penalty=invalid_action_penalty,
@@ -309,6 +315,9 @@ class BabyAITextEnv(TextEnv):
                 f"num_dists={num_dists} does not fit a room of size {room_size} (at most {most})"
             )
         self.room_size = int(room_size)
+        if not shaping >= 0:
+            raise ValueError(f"shaping must be a weight >= 0, got {shaping!r}")
+        self.shaping = float(shaping)
         self._action_index = {name: i for i, name in enumerate(self.actions)}
         self._levels: dict[str, MixedTrainLocalLevel] = {}
         self._level: MixedTrainLocalLevel | None = None
@@ -346,12 +355,23 @@ class BabyAITextEnv(TextEnv):
 
     def _apply(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         level = self.level
+        shaped = self.shaping and isinstance(level.instrs, GoToInstr)
+        before = self._distance_to_goal() if shaped else 0
         obs, reward, terminated, truncated, _ = level.step(self._action_index[action])
         if terminated and reward > 0:
             self._success = True
+        elif shaped:
+            reward += self.shaping * (before - self._distance_to_goal())
         text = describe_view(obs["image"], level.carrying)
         # A success on the last step is a real ending, not a time-out.
         return text, float(reward), bool(terminated), bool(truncated and not terminated), self._game_info()
+
+    def _distance_to_goal(self) -> int:
+        """GoTo's shaping potential: grid steps from the cell in front of the agent to the nearest object that
+        the mission names (minigrid's verifier counts the task done when that cell holds one)."""
+        level = self.level
+        fx, fy = level.front_pos
+        return min(abs(int(fx) - int(x)) + abs(int(fy) - int(y)) for x, y in level.instrs.desc.obj_poss)
 
     def _instruction(self) -> str:
         return self._prompt
