@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from pathlib import Path
 
 from verlog.extras import as_missing, require
@@ -97,13 +98,21 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+#: How long a silent process waits after a config error for the first process to end the launch (see below).
+SIBLING_WAIT_S = 60.0
+
+
 def _bad_input(parser: argparse.ArgumentParser, message: str, *, keep_lines: bool = False) -> int:
     """One line naming the problem, exit status 2 (argparse's for bad usage), no usage block, no traceback.
     ``keep_lines``: the message is several problems of a config, one per line. Every launched process checks
-    the same config: only the first process of each machine says so."""
+    the same config: only the first process of each machine says so. The others wait for it to end the launch
+    (the launcher stops them when it exits): leaving first, a silent sibling could have the launcher stop the
+    first process before its line is out, on a busy machine."""
     if os.environ.get("LOCAL_RANK", "0") == "0":
         lines = message.splitlines() if keep_lines else [" ".join(message.split())]
         print(f"{parser.prog}: " + "\n".join(lines), file=sys.stderr)
+    else:
+        time.sleep(SIBLING_WAIT_S)
     return 2
 
 
