@@ -296,6 +296,7 @@ class BabyAITextEnv(TextEnv):
             render_mode=render_mode,
             invalid_action_fallback=invalid_action_fallback,
             offered_actions=offered_actions,
+            shaping=shaping,
         )
         self.tasks = _validate_tasks(task)
         if isinstance(num_dists, bool) or not isinstance(num_dists, int | np.integer):
@@ -315,9 +316,6 @@ class BabyAITextEnv(TextEnv):
                 f"num_dists={num_dists} does not fit a room of size {room_size} (at most {most})"
             )
         self.room_size = int(room_size)
-        if not shaping >= 0:
-            raise ValueError(f"shaping must be a weight >= 0, got {shaping!r}")
-        self.shaping = float(shaping)
         self._action_index = {name: i for i, name in enumerate(self.actions)}
         self._levels: dict[str, MixedTrainLocalLevel] = {}
         self._level: MixedTrainLocalLevel | None = None
@@ -355,21 +353,20 @@ class BabyAITextEnv(TextEnv):
 
     def _apply(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         level = self.level
-        shaped = self.shaping and isinstance(level.instrs, GoToInstr)
-        before = self._distance_to_goal() if shaped else 0
         obs, reward, terminated, truncated, _ = level.step(self._action_index[action])
         if terminated and reward > 0:
             self._success = True
-        elif shaped:
-            reward += self.shaping * (before - self._distance_to_goal())
         text = describe_view(obs["image"], level.carrying)
         # A success on the last step is a real ending, not a time-out.
         return text, float(reward), bool(terminated), bool(truncated and not terminated), self._game_info()
 
-    def _distance_to_goal(self) -> int:
+    def _potential(self) -> int | None:
         """GoTo's shaping potential: grid steps from the cell in front of the agent to the nearest object that
-        the mission names (minigrid's verifier counts the task done when that cell holds one)."""
+        the mission names (minigrid's verifier counts the task done when that cell holds one); other tasks
+        have none."""
         level = self.level
+        if not isinstance(level.instrs, GoToInstr):
+            return None
         fx, fy = level.front_pos
         return min(abs(int(fx) - int(x)) + abs(int(fy) - int(y)) for x, y in level.instrs.desc.obj_poss)
 

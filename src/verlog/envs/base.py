@@ -81,7 +81,12 @@ class TextEnv(gym.Env[str, str], ABC):
         render_mode: str | None = None,
         invalid_action_fallback: str | None = None,
         offered_actions: Sequence[str] | None = None,
+        shaping: float = 0.0,
     ) -> None:
+        if not shaping >= 0:
+            raise ValueError(f"shaping must be a weight >= 0, got {shaping!r}")
+        if shaping and type(self)._potential is TextEnv._potential:
+            raise ValueError(f"shaping={shaping!r}: {type(self).__name__} has no shaping potential")
         if offered_actions is not None:
             unknown = [a for a in offered_actions if a not in self.actions]
             if unknown or not offered_actions or isinstance(offered_actions, str):
@@ -101,6 +106,8 @@ class TextEnv(gym.Env[str, str], ABC):
             )
         self.render_mode = render_mode
         self.invalid_action_penalty = float(invalid_action_penalty)
+        #: Weight of the potential-based shaping reward (training only; 0 is the game's own reward).
+        self.shaping = float(shaping)
         self.invalid_action_feedback = bool(invalid_action_feedback)
         self.strict_parsing = bool(strict_parsing)
         #: What runs after an invalid response: the game's default (BALROG's), or a chosen action. A learner
@@ -128,6 +135,11 @@ class TextEnv(gym.Env[str, str], ABC):
     @abstractmethod
     def _apply(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         """Run one canonical action; return ``(text, reward, terminated, truncated, game_info)``."""
+
+    def _potential(self) -> int | None:
+        """Steps still needed to reach the goal, by the game's own estimate, for the shaping reward; None
+        where the game has none for this episode. ``shaping`` pays ``weight * (before - after)`` per step."""
+        return None
 
     @abstractmethod
     def _instruction(self) -> str:
@@ -159,9 +171,12 @@ class TextEnv(gym.Env[str, str], ABC):
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         parsed = self.parse(action)
+        before = self._potential() if self.shaping else None
         text, reward, terminated, truncated, game_info = self._apply(parsed.action)
         state = text
         reward = float(reward)
+        if before is not None and self._progression() < 1.0:  # a win pays its own reward
+            reward += self.shaping * (before - self._potential())
         if not parsed.valid:
             self._invalid_actions += 1
             reward += self.invalid_action_penalty

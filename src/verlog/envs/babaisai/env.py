@@ -62,7 +62,8 @@ class BabaIsAIEnv(TextEnv):
         max_steps: steps before the episode is truncated.
         colors: use the fixed observation format (colour names, grammatical "step"/"steps", every object
             listed) instead of BALROG's.
-        shaping: weight of a potential-based shaping reward, for training only: every step also pays
+        shaping (a :class:`~verlog.envs.base.TextEnv` option): weight of a potential-based shaping reward,
+            for training only: every step also pays
             ``shaping * (before - after)``, where before and after are the solver heuristic's estimate of the
             steps still needed to win (capped at the board's width plus height), so a step toward the WIN object pays and
             breaking the win rule costs. A sparse win teaches a small model little in a few thousand turns;
@@ -91,7 +92,6 @@ class BabaIsAIEnv(TextEnv):
         levels: tuple[str, ...] | list[str] | None = None,
         max_steps: int = 100,
         colors: bool = False,
-        shaping: float = 0.0,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -101,12 +101,9 @@ class BabaIsAIEnv(TextEnv):
             raise ValueError(f"unknown BabaIsAI level families {unknown}; choose from verlog's LEVELS")
         if max_steps < 1:
             raise ValueError("max_steps must be at least 1")
-        if not shaping >= 0:
-            raise ValueError(f"shaping must be a weight >= 0, got {shaping!r}")
         self.levels = families
         self.max_steps = int(max_steps)
         self.colors = bool(colors)
-        self.shaping = float(shaping)
         self.level = families[0]
         self.target_plan = ""
         self.board: Board | None = None
@@ -134,12 +131,9 @@ class BabaIsAIEnv(TextEnv):
     def _apply(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         observer = self._current_observer()
         self.steps += 1
-        before = self._steps_to_win() if self.shaping else 0
         out = observer.step(ACTIONS.index(action))
         self.state = out.state
         reward, reason = 0.0, None
-        if self.shaping and not out.won:  # the win's own reward says it; the estimate of a won state is 1
-            reward = self.shaping * (before - self._steps_to_win())
         if out.won:
             self._won = True
             reward, reason = 1.0 - 0.9 * self.steps / self.max_steps, "win"
@@ -163,7 +157,7 @@ class BabaIsAIEnv(TextEnv):
         return 1.0 if self._won else 0.0
 
     # ------------------------------------------------------------------ helpers
-    def _steps_to_win(self) -> int:
+    def _potential(self) -> int:
         """The shaping potential: the heuristic's steps-to-win estimate, capped at the board's width plus
         height (a lost or unplannable state costs the longest walk, not the heuristic's large sentinel); the cap
         outside plain levels, where the heuristic does not hold, so shaping pays nothing there."""
