@@ -98,6 +98,18 @@ def test_reset_text_and_info() -> None:
     assert "PLAY!" in info["instruction"] and "goto" not in info["instruction"]
 
 
+def test_instruction_lists_only_the_offered_actions() -> None:
+    env = BabaIsAIEnv(offered_actions=["up", "right", "down", "left"])
+    _, info = env.reset(seed=0)
+    actions = info["instruction"].split("each turn):\n")[1].split("\n\n")[0]
+    assert actions.splitlines() == [
+        "up: move one step up,", "right: move one step to the right,", "down: move one step down,",
+        "left: move one step to the left.",
+    ]  # fmt: skip
+    _, full = BabaIsAIEnv().reset(seed=0)
+    assert "idle: wait for one step," in full["instruction"]
+
+
 def test_colors_option_gives_the_fixed_text() -> None:
     env = BabaIsAIEnv(level="goto_win-distr_obj", colors=True)
     obs, _ = env.reset(seed=4)

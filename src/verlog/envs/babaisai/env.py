@@ -15,16 +15,12 @@ from verlog.envs.base import TextEnv
 
 __all__ = ["INSTRUCTION", "BabaIsAIEnv"]
 
-INSTRUCTION = """You are playing Baba Is You, a puzzle game in which the rules of a level are word blocks lying on the map, and you change the rules by pushing those blocks around.
+_INSTRUCTION_TEMPLATE = """You are playing Baba Is You, a puzzle game in which the rules of a level are word blocks lying on the map, and you change the rules by pushing those blocks around.
 
 A rule is three word blocks in a row, read left to right or top to bottom, such as `baba is you`. The observation lists the active rules, then every object and word block (shown as rule `word`) with its offset from the object you control.
 
 Actions (answer with exactly one of them each turn):
-idle: wait for one step,
-up: move one step up,
-right: move one step to the right,
-down: move one step down,
-left: move one step to the left.
+{actions}.
 
 Tips:
 - Look at every object and every word block on the map before you move.
@@ -36,6 +32,24 @@ Tips:
 - You can make a different object YOU, or change which object is WIN.
 
 PLAY!"""
+
+_ACTION_HELP = {
+    "idle": "wait for one step",
+    "up": "move one step up",
+    "right": "move one step to the right",
+    "down": "move one step down",
+    "left": "move one step to the left",
+}
+
+
+def instruction_text(offered: tuple[str, ...] = ACTIONS) -> str:
+    """The task prompt, listing only the actions offered (a prompt naming an action the parser refuses would
+    teach the model to spend turns on it)."""
+    return _INSTRUCTION_TEMPLATE.format(actions=",\n".join(f"{a}: {_ACTION_HELP[a]}" for a in offered))
+
+
+#: The task prompt with every action offered (BALROG's).
+INSTRUCTION = instruction_text()
 
 _SYNONYMS = {
     "wait": "idle",
@@ -148,7 +162,7 @@ class BabaIsAIEnv(TextEnv):
         return self._text(), reward, terminated, truncated, self._game_info(reason)
 
     def _instruction(self) -> str:
-        return INSTRUCTION
+        return INSTRUCTION if self.offered_actions == ACTIONS else instruction_text(self.offered_actions)
 
     def _goal(self) -> str:
         return GOAL
