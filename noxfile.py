@@ -84,7 +84,7 @@ def learn_goto(session: nox.Session) -> None:
         "--config",
         "envs/learn_goto.toml",
         "--episodes",
-        "96",
+        "64",
         *session.posargs,
     )
 
