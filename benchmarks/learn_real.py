@@ -20,8 +20,8 @@ panel's (``panel.seed``), so no judged episode was trained on or used to pick a 
 A seed passes when, on those episodes, the success rate rises by at least three standard errors of the
 difference (sqrt(SE_before^2 + SE_after^2), SE = sqrt(p (1 - p) / n), BALROG's), and the invalid-action rate
 falls; otherwise the script exits with status 1. The results file ``benchmarks/results/<preset>.json`` keeps
-every seed's outcome (one entry per seed, replaced when that seed is run again) with its config, curve and
-zero-shot baseline; ``<preset>.png`` draws every seed's curve.
+every seed's outcome (one entry per seed, its latest run; the runs it replaced stay under ``earlier_runs``) with
+its config, curve and zero-shot baseline; ``<preset>.png`` draws every seed's curve.
 """
 
 from __future__ import annotations
@@ -156,13 +156,16 @@ def verdict(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
 
 
 def merge(path: Path, record: dict[str, Any], header: dict[str, Any]) -> dict[str, Any]:
-    """The results file with ``record`` as its seed's entry (an earlier entry for that seed is replaced).
+    """The results file with ``record`` as its seed's entry; an earlier entry for that seed moves to
+    ``earlier_runs`` (kept, not counted in the verdicts: a seed's outcome is its latest run, and a re-run that
+    fails must not erase the one that passed, nor the reverse).
 
     A file written before results were kept per seed (one run, no ``seeds``) becomes that run's seed entry."""
     old: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}
     if old and "seeds" not in old:
         legacy = {"seed": old["config"]["run"]["seed"], "zero_shot": old["before"], "trained": old["after"]}
         old = {"seeds": [{**old, **legacy, "panel": False}]}
+    replaced = [s for s in old.get("seeds", []) if s["seed"] == record["seed"]]
     seeds = [s for s in old.get("seeds", []) if s["seed"] != record["seed"]] + [record]
     seeds.sort(key=lambda s: s["seed"])
     return {
@@ -170,6 +173,7 @@ def merge(path: Path, record: dict[str, Any], header: dict[str, Any]) -> dict[st
         "seeds_passed": [s["seed"] for s in seeds if s["passed"]],
         "seeds_failed": [s["seed"] for s in seeds if not s["passed"]],
         "seeds": seeds,
+        "earlier_runs": old.get("earlier_runs", []) + replaced,
     }
 
 

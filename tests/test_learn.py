@@ -86,7 +86,8 @@ def _seed_entry(seed: int, passed: bool) -> dict:
 
 
 def test_the_real_model_results_keep_every_seed_and_rerunning_a_seed_replaces_it(tmp_path: Path) -> None:
-    """One results file per demonstration: seeds accumulate, a re-run seed replaces its entry, a file from
+    """One results file per demonstration: seeds accumulate, a re-run seed replaces its entry (the replaced run
+    is kept under earlier_runs), a file from
     before results were kept per seed becomes its seed's entry, and the plot draws every seed."""
     real = _learn_real()
     path = tmp_path / "learn_real.json"
@@ -105,6 +106,13 @@ def test_the_real_model_results_keep_every_seed_and_rerunning_a_seed_replaces_it
     path.write_text(json.dumps(merged))
     again = real.merge(path, _seed_entry(3, passed=True), header)
     assert [s["seed"] for s in again["seeds"]] == [1, 3] and again["seeds_passed"] == [1, 3]
+    assert [(s["seed"], s["passed"]) for s in again["earlier_runs"]] == [
+        (3, False)
+    ]  # the replaced run is kept
+    path.write_text(json.dumps(again))
+    third = real.merge(path, _seed_entry(3, passed=False), header)
+    assert [(s["seed"], s["passed"]) for s in third["earlier_runs"]] == [(3, False), (3, True)]
+    assert third["seeds_failed"] == [3] and third["seeds_passed"] == [1]
     again["seeds"][0] = _seed_entry(1, passed=True)  # the legacy entry has no curve to draw
     real.plot(again, tmp_path / "learn_real.png")
     assert (tmp_path / "learn_real.png").stat().st_size > 10_000
