@@ -119,6 +119,10 @@ class BabaIsAIEnv(TextEnv):
         self.max_steps = int(max_steps)
         self.colors = bool(colors)
         self.level = families[0]
+        # built once: the instruction goes into every step's info
+        self._instruction_text = (
+            INSTRUCTION if self.offered_actions == ACTIONS else instruction_text(self.offered_actions)
+        )
         self.target_plan = ""
         self.board: Board | None = None
         self.state: State | None = None
@@ -162,7 +166,7 @@ class BabaIsAIEnv(TextEnv):
         return self._text(), reward, terminated, truncated, self._game_info(reason)
 
     def _instruction(self) -> str:
-        return INSTRUCTION if self.offered_actions == ACTIONS else instruction_text(self.offered_actions)
+        return self._instruction_text
 
     def _goal(self) -> str:
         return GOAL
