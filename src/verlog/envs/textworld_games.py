@@ -182,7 +182,10 @@ class TextWorldTextEnv(TextEnv):
             return parsed
         text = response if isinstance(response, str) else str(response or "")
         lines = [line.strip() for line in extract_candidate(text).splitlines() if line.strip()]
-        command = "".join(c for c in (lines[0] if lines else "") if c.isprintable())[:200]
+        # Printable text only, and no backslash: the game runs in dumb frotz, which reads a backslash as the start
+        # of one of its own interface commands, and some of those crash or hang the whole process.
+        command = "".join(c for c in (lines[0] if lines else "") if c.isprintable() and c != "\\")
+        command = command.strip()[:200]
         return ParsedAction(command or self.default_action, False, normalize(command)[:200])
 
     def invalid_action_note(self, parsed: ParsedAction) -> str:
