@@ -12,8 +12,10 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from verlog.ppo.config import WatchdogConfig, load_config
+from verlog.ppo.panel import own_random_stream
 from verlog.ppo.trainer import Trainer
 from verlog.ppo.validate import validate
 from verlog.ppo.watchdog import Collapsed, Watchdog
@@ -159,3 +161,33 @@ def test_past_its_last_rollback_the_script_stops_with_one_line(tmp_path: Path) -
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
     last = done.stderr.strip().splitlines()[-1]
     assert "the run collapsed again" in last and "watchdog.max_rollbacks = 0" in last and "--resume" in last
+
+
+def test_a_sampled_panel_leaves_training_as_it_was_and_draws_the_same_each_time(tmp_path: Path) -> None:
+    """``run.eval_every`` must not change a seeded run: the panel samples from its own stream, seeded the same at
+    every panel, so two panels of the same weights give the same answers."""
+
+    def training_rows(name: str, *overrides: str) -> list[dict]:
+        trainer = _tiny(tmp_path / name, "run.total_updates=3", "run.checkpoint_every=0", *overrides)
+        trainer.train()
+        keep = ("env/", "losses/", "charts/episodes")
+        return [
+            {k: v for k, v in row.items() if k.startswith(keep)}
+            for row in _rows(trainer.run_dir)
+            if "watchdog/rollbacks" in row
+        ]
+
+    panel = ("panel.greedy=false", "panel.episodes=2", "panel.env_kwargs={ max_episode_steps = 3 }")
+    every_update = training_rows("panels", "run.eval_every=1", *panel)
+    assert training_rows("no-panel") == every_update and len(every_update) == 3
+    assert training_rows("one-panel", "run.eval_every=3", *panel) == every_update
+    # the same weights, the same draws: two panels sample the same answers, and the stream outside is untouched
+    trainer = _tiny(tmp_path / "twice", "run.total_updates=1", *panel)
+    prompts = [trainer.tokenizer("Goal: go to the red ball.").input_ids] * 4
+    outside = torch.get_rng_state()
+    with own_random_stream(900_000):
+        first = trainer.sampler.generate(prompts).texts
+    with own_random_stream(900_000):
+        second = trainer.sampler.generate(prompts).texts
+    assert first == second and len(set(first)) > 1  # sampled, not greedy: the four answers differ
+    assert torch.equal(torch.get_rng_state(), outside)

@@ -7,13 +7,21 @@ easier one, or on a curriculum's stage). Episodes are played by the evaluation f
 BALROG scoring (:mod:`verlog.evaluation`), the model answering through :class:`LearnerAgent`: the training
 sampler (vLLM or transformers), greedy unless ``panel.greedy = false``, with the learner's prompts. Its cost is
 one evaluation of ``panel.episodes`` episodes, reported as ``time/eval``.
+
+A sampled panel draws from its own random stream, seeded from ``panel.seed`` at every panel, and gives torch's
+stream back as it found it: training samples the same answers whether a panel plays every update or never (so
+``run.eval_every`` does not change a seeded run), and every checkpoint meets the same episodes *and* the same
+random draws, so two panels differ by the weights, not by luck of the draw.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
+
+import torch
 
 from verlog.evaluation.agents import Turn
 from verlog.evaluation.runner import EnvSettings, play
@@ -21,7 +29,7 @@ from verlog.evaluation.scoring import group_stats
 from verlog.models.prompts import PromptBuilder
 from verlog.ppo.config import Config
 
-__all__ = ["LearnerAgent", "play_panel"]
+__all__ = ["LearnerAgent", "own_random_stream", "play_panel"]
 
 
 class LearnerAgent:
@@ -47,6 +55,17 @@ class LearnerAgent:
         del key
 
 
+@contextmanager
+def own_random_stream(seed: int) -> Iterator[None]:
+    """Inside: torch's CPU stream (and this process's GPU's) seeded with ``seed``; after: both as they were."""
+    gpu = torch.cuda.is_available() and torch.cuda.is_initialized()
+    with torch.random.fork_rng(devices=[torch.cuda.current_device()] if gpu else []):
+        torch.default_generator.manual_seed(seed)
+        if gpu:
+            torch.cuda.manual_seed(seed)  # the current device only, the one fork_rng gives back
+        yield
+
+
 def play_panel(config: Config, sampler: Any, prompts: PromptBuilder) -> dict[str, float]:
     """Play the panel once; its BALROG statistics as metrics (success and invalid rate as fractions)."""
     panel, env = config.panel, config.env
@@ -59,7 +78,8 @@ def play_panel(config: Config, sampler: Any, prompts: PromptBuilder) -> dict[str
     records: list[dict[str, Any]] = []
     clock = time.perf_counter()
     agent = LearnerAgent(sampler, prompts, greedy=panel.greedy)
-    play(agent, [panel.env_id or env.id], panel.episodes, panel.seed, settings, on_record=records.append)
+    with own_random_stream(panel.seed):
+        play(agent, [panel.env_id or env.id], panel.episodes, panel.seed, settings, on_record=records.append)
     stats = group_stats(records)
     return {
         "eval/success": stats["success_rate"] / 100,
