@@ -51,7 +51,27 @@ def test_a_saved_checkpoint_is_the_good_point_only_once_the_next_update_passes()
     assert dog.check({"losses/entropy": 1.0}) is not None  # update 2 collapsed: checkpoint 1 is not good
     assert dog.good_update is None
     dog.healthy({"losses/entropy": 4.9})  # had update 2 been fine, checkpoint 1 would be the good point
-    assert dog.good_update == 1 and dog.candidate is None and dog.good == {"losses/entropy": 4.9}
+    assert dog.good_update == 1 and dog.candidate is None
+    assert dog.good == {"losses/entropy": pytest.approx(4.95)}  # the mean of the healthy updates so far
+
+
+def test_the_reference_is_the_mean_of_recent_healthy_updates_so_one_lucky_update_is_not_the_bar() -> None:
+    """learn_real_96 seed 1: invalid rates 0.47, 0.41, 0.25, then a lucky 0.06, then an ordinary 0.44. Against the
+    last update alone that is a rise of 0.38 (a rollback, and the replay met the same luck until the run stopped);
+    against the mean of the last four (0.30) it is 0.14. A real jump still trips, and the window survives a
+    checkpoint (a rollback restores the reference of its good point)."""
+    alone, mean = Watchdog(WatchdogConfig(reference_updates=1)), Watchdog(WatchdogConfig())
+    for rate in (0.47, 0.41, 0.25, 0.06):
+        alone.healthy({"env/invalid_action_rate": rate})
+        mean.healthy({"env/invalid_action_rate": rate})
+    assert "rose by 0.38" in alone.check({"env/invalid_action_rate": 0.44})
+    assert mean.check({"env/invalid_action_rate": 0.44}) is None
+    assert "rose by 0.65" in mean.check({"env/invalid_action_rate": 0.95})
+    mean.healthy({"env/invalid_action_rate": 0.44})  # 0.47 leaves the window of four
+    assert mean.good == {"env/invalid_action_rate": pytest.approx((0.41 + 0.25 + 0.06 + 0.44) / 4)}
+    again = Watchdog(WatchdogConfig())
+    again.load_state_dict(json.loads(json.dumps(mean.state_dict())))
+    assert again.good == mean.good and list(again.recent) == list(mean.recent)
 
 
 def test_panel_success_falling_by_k_standard_errors_is_a_collapse() -> None:

@@ -97,12 +97,14 @@ class PanelConfig:
 class WatchdogConfig:
     enabled: bool = True
     """Roll a collapsed run back to its last good checkpoint with a lower actor learning rate."""
+    reference_updates: int = 4
+    """The per-update signals compare an update with the mean of this many recent healthy updates (1 = the last)."""
     invalid_rise: float = 0.3
-    """Collapse: the invalid-action rate rose this much in one update (absolute, 0..1)."""
+    """Collapse: the invalid-action rate rose this much above the reference (absolute, 0..1)."""
     entropy_nats: float = 2.0
-    """Collapse: the entropy moved more than this many nats in one update, either way."""
+    """Collapse: the entropy moved more than this many nats from the reference, either way."""
     capped_share: float = 0.9
-    """Collapse: this share of answers ran to the token cap, up by 0.3 or more in one update."""
+    """Collapse: this share of answers ran to the token cap, up by 0.3 or more on the reference."""
     eval_drop_se: float = 3.0
     """Collapse: panel success fell this many standard errors below the best panel success."""
     lr_factor: float = 0.5

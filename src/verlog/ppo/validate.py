@@ -292,6 +292,8 @@ def _watchdog(config: Config) -> Iterator[str]:
         yield "watchdog.invalid_rise, entropy_nats and eval_drop_se must be > 0 and watchdog.capped_share in (0, 1]"
     if not 0.0 < w.lr_factor < 1.0 or w.max_rollbacks < 0:
         yield f"watchdog.lr_factor must be in (0, 1) and watchdog.max_rollbacks >= 0, got {w.lr_factor} and {w.max_rollbacks}"
+    if w.reference_updates < 1:
+        yield f"watchdog.reference_updates must be >= 1 (1 = the last healthy update alone), got {w.reference_updates}"
 
 
 def _panel(config: Config) -> list[str]:

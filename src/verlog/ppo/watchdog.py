@@ -1,17 +1,21 @@
-"""Collapse detection: the signs that a run has gone bad, each compared with the run's last good point.
+"""Collapse detection: the signs that a run has gone bad, each compared with the run's recent healthy updates.
 
 The peers' users report the same failure again and again: answers degenerate into garbage or one repeated
 action, response length runs to the cap, the valid-action rate crashes, and nothing notices until the run
-ends. After every update :meth:`Watchdog.check` compares the update's metrics with the last healthy update's: a
-collapse is a sudden change, so a run that learns steadily (entropy falling over many updates) never trips it.
+ends. After every update :meth:`Watchdog.check` compares the update's metrics with the mean of the last
+``watchdog.reference_updates`` healthy updates': a collapse is a sudden change, so a run that learns steadily
+(entropy falling over many updates) never trips it. The reference is a mean, not the last update alone, because
+an update of 32 turns is noisy: with the last update alone, one lucky update (invalid rate 0.06 in a run at
+0.25-0.47) made the next, ordinary one a "rise of 0.38", and the replay after each rollback met the same luck
+again, until the run stopped after its last rollback (learn_real_96, seed 1, update 12).
 The run rolls back to its last good point: a checkpoint saved after update k holds weights whose behaviour shows
 only in update k+1's rollout, so a saved checkpoint is a candidate (:meth:`Watchdog.saved`) until the next update
 passes the checks; then it is the good point (:meth:`Watchdog.healthy`). The signals:
 
-- the invalid-action rate rose more than ``watchdog.invalid_rise`` (absolute) in one update;
-- the policy's entropy moved more than ``watchdog.entropy_nats`` in one update, either way (a policy that
+- the invalid-action rate rose more than ``watchdog.invalid_rise`` (absolute) above the reference;
+- the policy's entropy moved more than ``watchdog.entropy_nats`` from the reference, either way (a policy that
   collapses onto one answer, or one that dissolves into noise);
-- at least ``watchdog.capped_share`` of the answers ran to the token cap, up by 0.3 or more in one update;
+- at least ``watchdog.capped_share`` of the answers ran to the token cap, up by 0.3 or more on the reference;
 - the validation panel's success fell more than ``watchdog.eval_drop_se`` standard errors below its best;
 - and the divergence guard's own stop (weights past ``ppo.max_weight_abs``: :mod:`verlog.runkit.faults`).
 
@@ -22,6 +26,7 @@ On a collapse the trainer rolls back (its exact-resume path), multiplies the act
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
@@ -38,11 +43,13 @@ class Collapsed(RuntimeError):
 
 
 class Watchdog:
-    """The last good point, the best panel result, and how many rollbacks the run has had."""
+    """The recent healthy updates, the last good point, the best panel result, and how many rollbacks."""
 
     def __init__(self, config: Any) -> None:
         self.config = config  # a WatchdogConfig
-        self.good: dict[str, float] = {}
+        self.recent: deque[dict[str, float]] = deque(
+            maxlen=config.reference_updates
+        )  # healthy updates' signals
         self.good_update: int | None = None  # the newest checkpoint confirmed good: the one to roll back to
         self.candidate: int | None = None  # the newest checkpoint saved, not confirmed yet
         self.best_eval: tuple[float, float] | None = None  # (success, its SE) of the best panel so far
@@ -53,10 +60,20 @@ class Watchdog:
         """A checkpoint was saved after ``update``: good once the next update's behaviour passes the checks."""
         self.candidate = update
 
+    @property
+    def good(self) -> dict[str, float]:
+        """The reference: each signal's mean over the recent healthy updates that measured it."""
+        values: dict[str, list[float]] = {}
+        for update in self.recent:
+            for key, value in update.items():
+                values.setdefault(key, []).append(value)
+        return {key: sum(v) / len(v) for key, v in values.items()}
+
     def healthy(self, metrics: Mapping[str, float]) -> None:
-        """This update passed the checks: its metrics are the reference for the next one (a collapse is a sudden
-        change, so a run that learns steadily never trips it), and the candidate checkpoint behind it is good."""
-        self.good = {k: float(metrics[k]) for k in SIGNALS if math.isfinite(metrics.get(k, math.nan))}
+        """This update passed the checks: its metrics join the reference for the next ones (a collapse is a
+        sudden change, so a run that learns steadily never trips it), and the candidate checkpoint behind it is
+        good."""
+        self.recent.append({k: float(metrics[k]) for k in SIGNALS if math.isfinite(metrics.get(k, math.nan))})
         if self.candidate is not None:
             self.good_update, self.candidate = self.candidate, None
 
@@ -110,7 +127,7 @@ class Watchdog:
 
     def state_dict(self) -> dict[str, Any]:
         return {
-            "good": self.good,
+            "recent": list(self.recent),
             "good_update": self.good_update,
             "candidate": self.candidate,
             "best_eval": list(self.best_eval) if self.best_eval else None,
@@ -119,7 +136,13 @@ class Watchdog:
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.good = {k: float(v) for k, v in state["good"].items()}
+        recent = (
+            state["recent"] if "recent" in state else [state["good"]]
+        )  # a checkpoint from before the mean
+        self.recent = deque(
+            ({k: float(v) for k, v in update.items()} for update in recent if update),
+            maxlen=self.config.reference_updates,
+        )
         self.good_update, self.candidate = state["good_update"], state["candidate"]
         self.best_eval = tuple(state["best_eval"]) if state["best_eval"] else None  # type: ignore[assignment]
         self.rollbacks = int(state["rollbacks"])
