@@ -83,6 +83,25 @@ def test_panel_success_falling_by_k_standard_errors_is_a_collapse() -> None:
     )
 
 
+def test_after_the_panel_falls_the_run_goes_back_to_the_best_panel_not_the_last_good_point() -> None:
+    """learn_real seed 2 (16 envs): best panel 0.44 at update 16, spinning in place by update 25, panel 0.03 at
+    32. The per-update signals saw nothing, so the last good point was update 30, already spinning: the run
+    went back there three times. The panel's fall goes back to the best panel's checkpoint."""
+    dog = Watchdog(WatchdogConfig())
+    for update in range(1, 31):
+        metrics = {"env/invalid_action_rate": 0.05, "losses/entropy": 1.0}
+        if update == 16:
+            metrics |= {"eval/success": 0.44, "eval/success_se": 0.09}
+        assert dog.check(metrics) is None
+        dog.healthy(metrics)
+        dog.saved(update)
+    assert "panel success fell to 0.03" in dog.check({"eval/success": 0.03, "eval/success_se": 0.03})
+    assert dog.target(best_update=16) == 16
+    assert dog.target(best_update=None) == 29  # no best checkpoint kept: the last good point
+    assert "entropy moved" in dog.check({"losses/entropy": 3.5})  # a per-update collapse: the last good point
+    assert dog.target(best_update=16) == 29
+
+
 def test_rollbacks_lower_the_rate_until_the_last_then_stop() -> None:
     dog = Watchdog(WatchdogConfig(lr_factor=0.5, max_rollbacks=2))
     dog.roll_back("x")

@@ -15,7 +15,7 @@ from typing import Any
 
 from verlog.models.weights import export_pretrained, weights_checksum
 from verlog.runkit.checkpoint import load_checkpoint, save_checkpoint
-from verlog.runkit.folder import checkpoint_dir, checkpoint_name, rewind
+from verlog.runkit.folder import best_checkpoint, checkpoint_dir, checkpoint_name, rewind
 from verlog.runkit.manifest import good_checkpoint
 
 __all__ = ["TrainerCheckpoints"]
@@ -118,7 +118,10 @@ class TrainerCheckpoints:
         at = self.update
         self.watchdog.roll_back(reason)  # raises Collapsed past watchdog.max_rollbacks
         rollbacks, scale = self.watchdog.rollbacks, self.watchdog.lr_scale
-        path = checkpoint_dir(self.run_dir) / checkpoint_name(self.watchdog.good_update or 0)
+        best = best_checkpoint(self.run_dir)  # kept through rotation; after a panel's fall, the place to go
+        path = checkpoint_dir(self.run_dir) / checkpoint_name(
+            self.watchdog.target(int(best.name) if best else None)
+        )
         self._load(path)
         self.watchdog.rollbacks, self.watchdog.lr_scale = (
             rollbacks,

@@ -19,6 +19,10 @@ passes the checks; then it is the good point (:meth:`Watchdog.healthy`). The sig
 - the validation panel's success fell more than ``watchdog.eval_drop_se`` standard errors below its best;
 - and the divergence guard's own stop (weights past ``ppo.max_weight_abs``: :mod:`verlog.runkit.faults`).
 
+A collapse the per-update signals see rolls back to the last good point. A panel's fall rolls back to the
+best panel's checkpoint instead (:meth:`Watchdog.target`): the fall happened somewhere since the best panel,
+and the per-update signals, which missed it, are no judge of where; with the last good point alone, learn_real
+seed 2 (16 envs) went back to update 30, already spinning in place, three times, after its best panel at 16.
 On a collapse the trainer rolls back (its exact-resume path), multiplies the actor's learning rate by
 ``watchdog.lr_factor`` and goes on; past ``watchdog.max_rollbacks`` the run stops with :class:`Collapsed`.
 """
@@ -55,6 +59,7 @@ class Watchdog:
         self.best_eval: tuple[float, float] | None = None  # (success, its SE) of the best panel so far
         self.rollbacks = 0
         self.lr_scale = 1.0
+        self.panel_fell = False  # the last collapse found was the panel's fall (not a per-update signal)
 
     def saved(self, update: int) -> None:
         """A checkpoint was saved after ``update``: good once the next update's behaviour passes the checks."""
@@ -77,9 +82,17 @@ class Watchdog:
         if self.candidate is not None:
             self.good_update, self.candidate = self.candidate, None
 
+    def target(self, best_update: int | None) -> int:
+        """The checkpoint to roll back to: after the panel's fall the best panel's (``best_update``, when the run
+        has one), otherwise the last good point."""
+        if self.panel_fell and best_update is not None:
+            return best_update
+        return self.good_update or 0
+
     def check(self, metrics: Mapping[str, float]) -> str | None:
         """Why this update's metrics look collapsed (one phrase), or None."""
         cfg, good = self.config, self.good
+        self.panel_fell = False
 
         def moved(key: str) -> float | None:
             value = metrics.get(key, math.nan)
@@ -107,6 +120,7 @@ class Watchdog:
             best, best_se = self.best_eval
             margin = self.config.eval_drop_se * max(math.hypot(se, best_se), 1e-9)
             if success < best - margin:
+                self.panel_fell = True
                 return (
                     f"panel success fell to {success:.2f} from its best {best:.2f} (more than "
                     f"watchdog.eval_drop_se = {self.config.eval_drop_se:g} SE)"
