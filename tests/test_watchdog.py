@@ -56,8 +56,8 @@ def test_a_saved_checkpoint_is_the_good_point_only_once_the_next_update_passes()
 
 
 def test_the_reference_is_the_mean_of_recent_healthy_updates_so_one_lucky_update_is_not_the_bar() -> None:
-    """learn_real_96 seed 1: invalid rates 0.47, 0.41, 0.25, then a lucky 0.06, then an ordinary 0.44. Against the
-    last update alone that is a rise of 0.38 (a rollback, and the replay met the same luck until the run stopped);
+    """learn_real seed 1 (entropy bonus, 96 updates): invalid rates 0.47, 0.41, 0.25, then a lucky 0.06, then an
+    ordinary 0.44. Against the last update alone that is a rise of 0.38 (a rollback, and the replay met the same luck until the run stopped);
     against the mean of the last four (0.30) it is 0.14. A real jump still trips, and the window survives a
     checkpoint (a rollback restores the reference of its good point)."""
     alone, mean = Watchdog(WatchdogConfig(reference_updates=1)), Watchdog(WatchdogConfig())

@@ -7,7 +7,7 @@ ends. After every update :meth:`Watchdog.check` compares the update's metrics wi
 (entropy falling over many updates) never trips it. The reference is a mean, not the last update alone, because
 an update of 32 turns is noisy: with the last update alone, one lucky update (invalid rate 0.06 in a run at
 0.25-0.47) made the next, ordinary one a "rise of 0.38", and the replay after each rollback met the same luck
-again, until the run stopped after its last rollback (learn_real_96, seed 1, update 12).
+again, until the run stopped after its last rollback (learn_real, seed 1, entropy bonus, 96 updates: update 12).
 The run rolls back to its last good point: a checkpoint saved after update k holds weights whose behaviour shows
 only in update k+1's rollout, so a saved checkpoint is a candidate (:meth:`Watchdog.saved`) until the next update
 passes the checks; then it is the good point (:meth:`Watchdog.healthy`). The signals:
