@@ -51,9 +51,8 @@ class Watchdog:
 
     def __init__(self, config: Any) -> None:
         self.config = config  # a WatchdogConfig
-        self.recent: deque[dict[str, float]] = deque(
-            maxlen=config.reference_updates
-        )  # healthy updates' signals
+        # The signals of the last watchdog.reference_updates healthy updates: the reference is their mean.
+        self.recent: deque[dict[str, float]] = deque(maxlen=config.reference_updates)
         self.good_update: int | None = None  # the newest checkpoint confirmed good: the one to roll back to
         self.candidate: int | None = None  # the newest checkpoint saved, not confirmed yet
         self.best_eval: tuple[float, float] | None = None  # (success, its SE) of the best panel so far
@@ -68,11 +67,8 @@ class Watchdog:
     @property
     def good(self) -> dict[str, float]:
         """The reference: each signal's mean over the recent healthy updates that measured it."""
-        values: dict[str, list[float]] = {}
-        for update in self.recent:
-            for key, value in update.items():
-                values.setdefault(key, []).append(value)
-        return {key: sum(v) / len(v) for key, v in values.items()}
+        measured = {key: [u[key] for u in self.recent if key in u] for key in SIGNALS}
+        return {key: math.fsum(values) / len(values) for key, values in measured.items() if values}
 
     def healthy(self, metrics: Mapping[str, float]) -> None:
         """This update passed the checks: its metrics join the reference for the next ones (a collapse is a
@@ -150,9 +146,8 @@ class Watchdog:
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        recent = (
-            state["recent"] if "recent" in state else [state["good"]]
-        )  # a checkpoint from before the mean
+        # A checkpoint from before the mean kept one update's signals under "good".
+        recent = state["recent"] if "recent" in state else [state["good"]]
         self.recent = deque(
             ({k: float(v) for k, v in update.items()} for update in recent if update),
             maxlen=self.config.reference_updates,
