@@ -45,7 +45,7 @@ from learn_real_plot import plot
 
 from verlog.pipes import closed_pipe_ok
 from verlog.quiet import quiet_console
-from verlog.runkit.folder import CONFIG_FILE
+from verlog.runkit.folder import CONFIG_FILE, best_checkpoint, latest_checkpoint
 from verlog.tomlconfig import toml_value
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,20 +69,35 @@ def target(config: Any) -> tuple[str, dict[str, Any]]:
 
 
 def evaluation(
-    agent: str, config: Any, run_config: Path, out: Path, episodes: int, seed: int, num_envs: int
+    agent: str,
+    config: Any,
+    run_config: Path,
+    out: Path,
+    episodes: int,
+    seed: int,
+    num_envs: int,
+    checkpoint: str | None = None,
 ) -> dict:
     """``verlog eval`` of ``agent`` on the target task, sampled at the training temperature, in a child process
-    (its own sampler engine, none left behind in the trainer's): success and invalid-action rate with SEs."""
+    (its own sampler engine, none left behind in the trainer's): success and invalid-action rate with SEs.
+    ``checkpoint`` picks a run folder's checkpoint (``newest``, ``best``); None for a model."""
     env_id, env_kwargs = target(config)
     command = [
         sys.executable, "-m", "verlog", "eval", str(agent), "--suite", env_id, "--episodes", str(episodes),
         "--seed", str(seed), "--num-envs", str(num_envs), "--config", str(run_config),
         "--env-kwargs", toml_value(env_kwargs), "--sample", "--out", str(out), "--quiet",
+        *(["--checkpoint", checkpoint] if checkpoint else []),
     ]  # fmt: skip
     from verlog.sampling.vllm import child_env
 
     subprocess.run(command, check=True, env=child_env())
     return figures(out, env_id)
+
+
+def checkpoint_judged(run_dir: Path, which: str) -> int | None:
+    """The update of the checkpoint ``--judge`` picks in ``run_dir`` (None when there is none)."""
+    folder = best_checkpoint(run_dir) if which == "best" else latest_checkpoint(run_dir)
+    return int(folder.name) if folder is not None else None
 
 
 def figures(out: Path, env_id: str) -> dict[str, Any]:
@@ -205,6 +220,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--eval-envs", type=int, default=32, help="envs played at once in evaluation")
     parser.add_argument("--eval-seed", type=int, default=10_000, help="base seed of the evaluation episodes")
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder for <preset>.{json,png}")
+    parser.add_argument(
+        "--judge",
+        choices=("newest", "best"),
+        default=None,
+        help="the checkpoint judged: newest (default) or best, the validation panel's best (its episodes are "
+        "disjoint from the judge's, so picking on them leaves the judged episodes unseen)",
+    )
     parser.add_argument("overrides", nargs="*", metavar="section.key=value", help="config overrides")
     args = parser.parse_intermixed_args(argv)
     quiet_console()  # the libraries' notices go to the run's console.log, as in agents/ppo.py
@@ -236,7 +258,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         console.print(f"zero-shot success {before['success']:.3f} ± {before['success_se']:.3f}"
                       f"{' (kept from ' + str(folder) + ')' if cached else ''}")  # fmt: skip
         state = {"before": before, "zero_shot_dir": str(folder), "eval_seed": args.eval_seed,
-                 "episodes": args.episodes, "eval_envs": args.eval_envs, "preset": args.config.stem}  # fmt: skip
+                 "episodes": args.episodes, "eval_envs": args.eval_envs, "preset": args.config.stem,
+                 "judge": args.judge or "newest"}  # fmt: skip
         (run_dir / STATE_FILE).write_text(json.dumps(state) + "\n")
         console.print(
             f"training {config.run.total_updates} updates from seed {config.run.seed} into {run_dir}"
@@ -254,11 +277,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             state.get("episodes", args.episodes),
         )
         args.config = Path(state.get("preset", args.config.stem) + ".toml")  # its results file's name
+        args.judge = args.judge or state.get("judge", "newest")
     records = update_records(run_dir)
     if not records:
         console.print(f"[red]{run_dir} has no update in metrics.jsonl[/red]")
         return 1
-    after_dir = run_dir / "eval-after"
+    judged = checkpoint_judged(run_dir, args.judge or "newest")
+    after_dir = run_dir / ("eval-after" if args.judge in (None, "newest") else f"eval-after-{args.judge}")
     if (after_dir / "summary.json").is_file():  # judged before: the same checkpoint on the same episodes
         after = figures(after_dir, target(config)[0])
     else:
@@ -270,6 +295,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.episodes,
             args.eval_seed,
             args.eval_envs,
+            "best" if args.judge == "best" else None,
         )
     result = verdict(before, after)
     wall = time.perf_counter() - started if args.run is None else None
@@ -297,6 +323,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "turns_per_s": int(records[-1].get("global_step", 0))
         / sum(r.get("time/total") or 0 for r in records),
         "rollbacks": int(records[-1].get("watchdog/rollbacks") or 0),
+        "judged": {"checkpoint": args.judge or "newest", "update": judged},
         "eval_seed": args.eval_seed,
         "panel": config.run.eval_every > 0,
         "config": config.to_dict(),

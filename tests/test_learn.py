@@ -129,3 +129,16 @@ def test_the_real_model_judge_plays_the_panels_task() -> None:
     assert goto.curriculum.stages[0]["room_size"] == 5
     small = load_config(ROOT / "envs" / "learn_real.toml")
     assert real.target(small) == (small.env.id, small.env.kwargs)
+
+
+def test_the_real_model_judge_can_play_the_panels_best_checkpoint(tmp_path: Path) -> None:
+    """``--judge best`` judges the checkpoint best.json names, not the newest; ``newest`` the last one saved."""
+    from verlog.runkit.folder import checkpoint_dir, checkpoint_name, mark_best
+
+    real = _learn_real()
+    for update in (16, 32, 48):
+        (checkpoint_dir(tmp_path) / checkpoint_name(update)).mkdir(parents=True)
+    assert real.checkpoint_judged(tmp_path, "best") is None  # no panel yet: nothing to pick
+    mark_best(tmp_path, 32, {"eval/success": 0.5})
+    assert real.checkpoint_judged(tmp_path, "best") == 32
+    assert real.checkpoint_judged(tmp_path, "newest") == 48
