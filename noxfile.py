@@ -85,6 +85,8 @@ def learn_goto(session: nox.Session) -> None:
         "envs/learn_goto.toml",
         "--episodes",
         "64",
+        "--judge",
+        "best",
         *session.posargs,
     )
 
@@ -93,7 +95,13 @@ def learn_goto(session: nox.Session) -> None:
 def learn_babaisai(session: nox.Session) -> None:
     """SmolLM2 on BabaIsAI's goto_win families (CPU; -- --seed N); non-zero unless it learned."""
     session.run(
-        "python", "benchmarks/learn_real.py", "--config", "envs/learn_babaisai.toml", *session.posargs
+        "python",
+        "benchmarks/learn_real.py",
+        "--config",
+        "envs/learn_babaisai.toml",
+        "--judge",
+        "best",
+        *session.posargs,
     )
 
 
