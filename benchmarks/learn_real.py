@@ -11,8 +11,8 @@ Steps: the preset's model (``model.build``: fetched from the package registry an
 N seeded evaluation episodes of the *target* task, sampled at the training temperature with the run's prompts
 (the zero-shot baseline; the same model on the same episodes gives the same figure for every seed, so it is
 kept under ``runs/zero-shot/`` and reused); PPO trains ``run.total_updates`` updates from ``--seed``, playing
-the validation panel every ``run.eval_every`` updates with the watchdog on; the last checkpoint plays the very
-same episodes. The target is the panel's task (``panel.env_id`` and ``panel.env_kwargs`` over ``env.kwargs``),
+the validation panel every ``run.eval_every`` updates with the watchdog on; the last checkpoint (``--judge best``:
+the panel's best) plays the very same episodes. The target is the panel's task (``panel.env_id`` and ``panel.env_kwargs`` over ``env.kwargs``),
 so a curriculum may train on easier stages while the panel and the judge play the task itself. The evaluation
 seeds (``--eval-seed``, default 10,000) are far from the training envs' (``run.seed`` + env index) and the
 panel's (``panel.seed``), so no judged episode was trained on or used to pick a checkpoint.
