@@ -12,10 +12,11 @@ N seeded evaluation episodes of the *target* task, sampled at the training tempe
 (the zero-shot baseline; the same model on the same episodes gives the same figure for every seed, so it is
 kept under ``runs/zero-shot/`` and reused); PPO trains ``run.total_updates`` updates from ``--seed``, playing
 the validation panel every ``run.eval_every`` updates with the watchdog on; the last checkpoint (``--judge best``:
-the panel's best) plays the very same episodes. The target is the panel's task (``panel.env_id`` and ``panel.env_kwargs`` over ``env.kwargs``),
-so a curriculum may train on easier stages while the panel and the judge play the task itself. The evaluation
-seeds (``--eval-seed``, default 10,000) are far from the training envs' (``run.seed`` + env index) and the
-panel's (``panel.seed``), so no judged episode was trained on or used to pick a checkpoint.
+the panel's best) plays the very same episodes. The target is the panel's task (``panel.env_id`` and
+``panel.env_kwargs`` over ``env.kwargs``), so a curriculum may train on easier stages while the panel and the
+judge play the task itself. The evaluation seeds (``--eval-seed``, default 10,000) are far from the training
+envs' (``run.seed`` + env index) and the panel's (``panel.seed``), so no judged episode was trained on or used
+to pick a checkpoint.
 
 A seed passes when, on those episodes, the success rate rises by at least three standard errors of the
 difference (sqrt(SE_before^2 + SE_after^2), SE = sqrt(p (1 - p) / n), BALROG's), and the invalid-action rate
@@ -80,7 +81,7 @@ def evaluation(
 ) -> dict:
     """``verlog eval`` of ``agent`` on the target task, sampled at the training temperature, in a child process
     (its own sampler engine, none left behind in the trainer's): success and invalid-action rate with SEs.
-    ``checkpoint`` picks a run folder's checkpoint (``newest``, ``best``); None for a model."""
+    ``checkpoint`` picks a run folder's checkpoint (``best``); None for a model or a run's newest."""
     env_id, env_kwargs = target(config)
     command = [
         sys.executable, "-m", "verlog", "eval", str(agent), "--suite", env_id, "--episodes", str(episodes),
@@ -240,6 +241,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.perf_counter()
     load_start = os.getloadavg()[0]
     if args.run is None:
+        args.judge = args.judge or "newest"
         overrides = list(args.overrides)
         if args.seed is not None:
             overrides += [f"run.seed={args.seed}"]
@@ -259,7 +261,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                       f"{' (kept from ' + str(folder) + ')' if cached else ''}")  # fmt: skip
         state = {"before": before, "zero_shot_dir": str(folder), "eval_seed": args.eval_seed,
                  "episodes": args.episodes, "eval_envs": args.eval_envs, "preset": args.config.stem,
-                 "judge": args.judge or "newest"}  # fmt: skip
+                 "judge": args.judge}  # fmt: skip
         (run_dir / STATE_FILE).write_text(json.dumps(state) + "\n")
         console.print(
             f"training {config.run.total_updates} updates from seed {config.run.seed} into {run_dir}"
@@ -277,13 +279,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             state.get("episodes", args.episodes),
         )
         args.config = Path(state.get("preset", args.config.stem) + ".toml")  # its results file's name
-        args.judge = args.judge or state.get("judge", "newest")
+        args.judge = args.judge or state.get("judge", "newest")  # as the run was first judged
     records = update_records(run_dir)
     if not records:
         console.print(f"[red]{run_dir} has no update in metrics.jsonl[/red]")
         return 1
-    judged = checkpoint_judged(run_dir, args.judge or "newest")
-    after_dir = run_dir / ("eval-after" if args.judge in (None, "newest") else f"eval-after-{args.judge}")
+    judged = checkpoint_judged(run_dir, args.judge)
+    after_dir = run_dir / ("eval-after" if args.judge == "newest" else f"eval-after-{args.judge}")
     if (after_dir / "summary.json").is_file():  # judged before: the same checkpoint on the same episodes
         after = figures(after_dir, target(config)[0])
     else:
@@ -295,7 +297,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.episodes,
             args.eval_seed,
             args.eval_envs,
-            "best" if args.judge == "best" else None,
+            None if args.judge == "newest" else args.judge,
         )
     result = verdict(before, after)
     wall = time.perf_counter() - started if args.run is None else None
@@ -323,7 +325,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "turns_per_s": int(records[-1].get("global_step", 0))
         / sum(r.get("time/total") or 0 for r in records),
         "rollbacks": int(records[-1].get("watchdog/rollbacks") or 0),
-        "judged": {"checkpoint": args.judge or "newest", "update": judged},
+        "judged": {"checkpoint": args.judge, "update": judged},
         "eval_seed": args.eval_seed,
         "panel": config.run.eval_every > 0,
         "config": config.to_dict(),
