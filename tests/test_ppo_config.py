@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from verlog.ppo.config import Config, ConfigError, describe, load_config
-from verlog.ppo.validate import validate
+from verlog.ppo.validate import problems, validate
 
 ROOT = Path(__file__).resolve().parents[1]
 PRESETS = sorted((ROOT / "envs").glob("*.toml"))
@@ -114,3 +114,15 @@ def test_script_reports_config_errors(capsys: pytest.CaptureFixture[str]) -> Non
     assert len(err.strip().splitlines()) == 1  # one line, no usage block
     assert script.main(["--help-config"]) == 0
     assert "ppo.turns_per_update" in capsys.readouterr().out
+
+
+def test_the_actor_rate_schedule_is_checked_and_counted_in_updates() -> None:
+    config = load_config(None, ["ppo.actor_lr=2e-5", "ppo.actor_lr_milestones=[16, 40]"])
+    rates = [config.ppo.actor_lr_after(done) for done in (0, 15, 16, 39, 40, 64)]
+    assert rates == pytest.approx([2e-5, 2e-5, 1e-5, 1e-5, 5e-6, 5e-6])
+    for bad, said in (
+        ("ppo.actor_lr_milestones=[16, 8]", "ppo.actor_lr_milestones must be increasing"),
+        ("ppo.actor_lr_milestones=[0]", "ppo.actor_lr_milestones must be increasing"),
+        ("ppo.actor_lr_gamma=0", "ppo.actor_lr_gamma must be in (0, 1]"),
+    ):
+        assert any(said in problem for problem in problems(load_config(None, [bad]))), bad

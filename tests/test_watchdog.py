@@ -164,6 +164,22 @@ def test_a_forced_collapse_rolls_back_lowers_the_rate_and_the_run_goes_on(
     assert all(math.isclose(g["lr"], 0.003) for g in trainer.actor_optimizer.param_groups)
 
 
+def test_the_actor_rate_follows_its_milestones_and_a_rollback_scales_the_scheduled_rate(
+    tmp_path: Path,
+) -> None:
+    """``ppo.actor_lr_milestones``: the rate drops once each milestone update is done, as a function of the
+    update count, so a resumed or rolled-back run trains at the rate its update number calls for."""
+    trainer = _tiny(
+        tmp_path, "ppo.actor_lr=1e-3", "ppo.actor_lr_milestones=[2]", "ppo.actor_lr_gamma=0.1",
+        "run.total_updates=3", "run.checkpoint_every=1",
+    )  # fmt: skip
+    trainer.train()
+    used = [r["charts/actor_lr"] for r in _rows(trainer.run_dir) if "charts/actor_lr" in r]
+    assert used == pytest.approx([1e-3, 1e-3, 1e-4])
+    trainer.watchdog.lr_scale = 0.5  # as after a rollback: the scheduled rate, halved
+    assert math.isclose(trainer.actor_lr_now(), 5e-5)
+
+
 def test_a_healthy_run_never_rolls_back_and_the_panel_keeps_its_best(tmp_path: Path) -> None:
     trainer = _tiny(
         tmp_path, "run.total_updates=4", "run.checkpoint_every=1", "run.keep_checkpoints=1", "run.eval_every=2",

@@ -217,6 +217,10 @@ class PPOConfig:
     """Token budget of one forward pass (rows x padded length); gradients accumulate over micro-batches."""
     actor_lr: float = 1e-6
     """Actor AdamW learning rate."""
+    actor_lr_milestones: list[int] = field(default_factory=list)
+    """Updates after which the actor's learning rate is multiplied by ``actor_lr_gamma`` (torch's MultiStepLR, counted in updates)."""
+    actor_lr_gamma: float = 0.5
+    """Factor applied to the actor's learning rate at each of ``actor_lr_milestones``."""
     critic_lr: float = 1e-5
     """Critic AdamW learning rate."""
     weight_decay: float = 0.01
@@ -257,6 +261,12 @@ class PPOConfig:
     """Stop the run (before saving) when a weight's magnitude exceeds this after an update: divergence (0 = off)."""
     max_skipped_updates: int = 3
     """Stop the run after this many updates in a row whose every optimiser step was skipped (0 = never)."""
+
+    def actor_lr_after(self, updates: int) -> float:
+        """The scheduled actor learning rate once ``updates`` updates are done (rollbacks aside): a function of
+        the update count, so a resumed or rolled-back run gets the same rate without a scheduler's state."""
+        passed = sum(1 for milestone in self.actor_lr_milestones if updates >= milestone)
+        return self.actor_lr * self.actor_lr_gamma**passed
 
 
 ESTIMATORS = ("gae", "grpo", "gigpo", "rloo")

@@ -285,7 +285,7 @@ class Trainer(TrainerCheckpoints):
         if self.watchdog is None:
             return None
         metrics["watchdog/rollbacks"] = float(self.watchdog.rollbacks)
-        metrics["watchdog/actor_lr"] = self.config.ppo.actor_lr * self.watchdog.lr_scale
+        metrics["watchdog/actor_lr"] = self.actor_lr_now()
         reason = self.watchdog.check(metrics)  # before any healthy update, only the panel's drop can say
         if reason is None:
             self.watchdog.healthy(metrics)
@@ -306,6 +306,7 @@ class Trainer(TrainerCheckpoints):
         """One update: collect, score, returns, PPO, then slot T becomes slot 0."""
         cfg, ppo = self.config, self.config.ppo
         start = time.perf_counter()
+        self._apply_actor_lr()  # the schedule's rate for this update
         self.sampler.update_weights()
         sync = getattr(self.sampler, "weight_sync_seconds", 0.0)  # 0 for the transformers sampler
         every = cfg.run.samples_every
@@ -313,6 +314,7 @@ class Trainer(TrainerCheckpoints):
         turns: list[dict[str, Any]] | None = [] if every and (self.update + 1) % every == 0 else None
         metrics = self.rollout.collect(self.storage, samples=turns)
         metrics["time/weight_sync"] = sync
+        metrics["charts/actor_lr"] = self.actor_lr_now()
         self.sampler.offload()
         metrics.update(self._score(self.storage, logprobs=True))
         self.storage.compute_returns(

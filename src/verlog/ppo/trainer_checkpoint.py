@@ -107,11 +107,15 @@ class TrainerCheckpoints:
             rewind(self.run_dir, self.update)
 
     def _apply_actor_lr(self) -> None:
-        """The actor's learning rate with the watchdog's rollbacks applied (an optimiser state restores the
-        rate it was saved with)."""
-        scale = self.watchdog.lr_scale if self.watchdog else 1.0
+        """The actor's learning rate for the next update: the schedule (``ppo.actor_lr_milestones``) with the
+        watchdog's rollbacks applied (an optimiser state restores the rate it was saved with)."""
         for group in self.actor_optimizer.param_groups:
-            group["lr"] = self.config.ppo.actor_lr * scale
+            group["lr"] = self.actor_lr_now()
+
+    def actor_lr_now(self) -> float:
+        """The actor learning rate the next update trains with."""
+        scale = self.watchdog.lr_scale if self.watchdog else 1.0
+        return self.config.ppo.actor_lr_after(self.update) * scale
 
     def _roll_back(self, reason: str) -> None:
         """Back to the newest good checkpoint with a lower actor learning rate (or :class:`Collapsed`)."""
@@ -130,6 +134,6 @@ class TrainerCheckpoints:
         self._apply_actor_lr()
         self.logger.print(
             f"watchdog: {reason} at update {at}: rolled back to checkpoint {path.name}, actor lr "
-            f"{self.config.ppo.actor_lr * scale:g} (x{scale:g}; rollback {rollbacks} of "
+            f"{self.actor_lr_now():g} (x{scale:g}; rollback {rollbacks} of "
             f"{self.config.watchdog.max_rollbacks})"
         )

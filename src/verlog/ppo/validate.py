@@ -74,6 +74,11 @@ def _numbers(config: Config) -> Iterator[str]:
         value = getattr(ppo, key)
         if math.isfinite(value) and not value > 0:
             yield f"ppo.{key} must be > 0, got {value}"
+    milestones = ppo.actor_lr_milestones
+    if any(m < 1 for m in milestones) or list(milestones) != sorted(set(milestones)):
+        yield f"ppo.actor_lr_milestones must be increasing update numbers >= 1, got {list(milestones)}"
+    if not 0.0 < ppo.actor_lr_gamma <= 1.0:
+        yield f"ppo.actor_lr_gamma must be in (0, 1], got {ppo.actor_lr_gamma}"
     if ppo.max_weight_abs < 0 or ppo.max_skipped_updates < 0:
         yield "ppo.max_weight_abs and ppo.max_skipped_updates must be >= 0 (0 = off)"
     if ppo.weight_decay < 0 or ppo.max_grad_norm <= 0:
