@@ -237,7 +237,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from verlog.models.sources import resolve_model_path
     from verlog.ppo.config import load_config
 
-    console = Console()
+    console = Console(soft_wrap=True)  # a figure line is never broken mid-number in a log file
     started = time.perf_counter()
     load_start = os.getloadavg()[0]
     if args.run is None:
