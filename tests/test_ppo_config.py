@@ -60,6 +60,7 @@ def test_resolved_config_round_trips(tmp_path: Path) -> None:
         ("trainer.seed=1", "unknown config key 'trainer'"),
         ("ppo.turns_per_update=2.5", "ppo.turns_per_update must be of type int, got 2.5"),
         ("run.console=yes", "run.console must be of type bool, got 'yes'"),
+        ('ppo.actor_lr_milestones=["a"]', "ppo.actor_lr_milestones must be of type list[int], got ['a']"),
         ("prompt.format=json", "prompt.format must be one of ['action', 'think', 'tags'], got 'json'"),
         ("ppo", "not of the form section.key=value"),
     ],

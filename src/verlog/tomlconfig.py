@@ -132,7 +132,8 @@ def _check(key: str, hint: Any, value: Any) -> Any:
     elif origin is dict:
         ok = isinstance(value, dict)
     if not ok:
-        name = getattr(hint, "__name__", str(hint))
+        # a generic names its element type (list[int], not list)
+        name = str(hint) if origin is not None else getattr(hint, "__name__", str(hint))
         raise ConfigError(f"{key} must be of type {name}, got {value!r} ({type(value).__name__})")
     return value
 
