@@ -285,7 +285,7 @@ class Trainer(TrainerCheckpoints):
         if self.watchdog is None:
             return None
         metrics["watchdog/rollbacks"] = float(self.watchdog.rollbacks)
-        metrics["watchdog/actor_lr"] = self.actor_lr_now()
+        metrics["watchdog/actor_lr"] = metrics["charts/actor_lr"]  # the rate this update trained with
         reason = self.watchdog.check(metrics)  # before any healthy update, only the panel's drop can say
         if reason is None:
             self.watchdog.healthy(metrics)
@@ -301,6 +301,17 @@ class Trainer(TrainerCheckpoints):
         stop = [time.perf_counter() - started + last_update_s > budget]
         broadcast_object_list(stop)
         return bool(stop[0])
+
+    def _apply_actor_lr(self) -> None:
+        """Set the actor's rate before each update (the only place the actor trains): the schedule with the
+        watchdog's rollbacks applied, whatever rate a loaded optimiser state was saved with."""
+        for group in self.actor_optimizer.param_groups:
+            group["lr"] = self.actor_lr_now()
+
+    def actor_lr_now(self) -> float:
+        """The actor learning rate the next update trains with."""
+        scale = self.watchdog.lr_scale if self.watchdog else 1.0
+        return self.config.ppo.actor_lr_after(self.update) * scale
 
     def train_update(self) -> dict[str, float]:
         """One update: collect, score, returns, PPO, then slot T becomes slot 0."""

@@ -102,20 +102,8 @@ class TrainerCheckpoints:
         self.sample_rng.setstate((version, tuple(internal), gauss))
         if self.watchdog is not None and state.get("watchdog"):
             self.watchdog.load_state_dict(state["watchdog"])
-        self._apply_actor_lr()
         if self.accelerator.is_main_process:  # rows logged after this checkpoint: moved aside, not lost
             rewind(self.run_dir, self.update)
-
-    def _apply_actor_lr(self) -> None:
-        """The actor's learning rate for the next update: the schedule (``ppo.actor_lr_milestones``) with the
-        watchdog's rollbacks applied (an optimiser state restores the rate it was saved with)."""
-        for group in self.actor_optimizer.param_groups:
-            group["lr"] = self.actor_lr_now()
-
-    def actor_lr_now(self) -> float:
-        """The actor learning rate the next update trains with."""
-        scale = self.watchdog.lr_scale if self.watchdog else 1.0
-        return self.config.ppo.actor_lr_after(self.update) * scale
 
     def _roll_back(self, reason: str) -> None:
         """Back to the newest good checkpoint with a lower actor learning rate (or :class:`Collapsed`)."""
@@ -131,7 +119,6 @@ class TrainerCheckpoints:
             rollbacks,
             scale,
         )  # what the checkpoint does not know
-        self._apply_actor_lr()
         self.logger.print(
             f"watchdog: {reason} at update {at}: rolled back to checkpoint {path.name}, actor lr "
             f"{self.actor_lr_now():g} (x{scale:g}; rollback {rollbacks} of "
