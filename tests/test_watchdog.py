@@ -176,6 +176,7 @@ def test_the_actor_rate_follows_its_milestones_and_a_rollback_scales_the_schedul
     trainer.train()
     used = [r["charts/actor_lr"] for r in _rows(trainer.run_dir) if "charts/actor_lr" in r]
     assert used == pytest.approx([1e-3, 1e-3, 1e-4])
+    assert all(math.isclose(g["lr"], 1e-4) for g in trainer.actor_optimizer.param_groups)  # what AdamW used
     trainer.watchdog.lr_scale = 0.5  # as after a rollback: the scheduled rate, halved
     assert math.isclose(trainer.actor_lr_now(), 5e-5)
 
