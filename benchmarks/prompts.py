@@ -81,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import gymnasium as gym
     import torch
 
-    from verlog.envs import prompt_example
+    from verlog.envs import prompt_examples
     from verlog.evaluation.output import machine
     from verlog.models.loading import load_actor, load_tokenizer
     from verlog.models.prompts import PromptBuilder
@@ -99,7 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cache = {memory: states(env_id, memory, args.states) for memory in ("none", "history")}
         for style, examples, fmt, memory in SETTINGS:
             builder = PromptBuilder(
-                tokenizer, fmt, 4096, style=style, example=prompt_example(env_id) if examples else None
+                tokenizer, fmt, 4096, style=style, examples=prompt_examples(env_id, examples)
             )
             turns = cache[memory]
             prompts = builder.from_infos([obs for obs, _ in turns], [info for _, info in turns])

@@ -38,7 +38,7 @@ from rich.console import Console
 from rich.table import Table
 
 import verlog
-from verlog.envs import prompt_example
+from verlog.envs import prompt_examples
 from verlog.evaluation.output import machine
 from verlog.models.loading import load_models
 from verlog.models.prompts import PromptBuilder
@@ -111,7 +111,7 @@ def measure(
         config.prompt.max_prompt_tokens,
         config.prompt.format_request,
         style=config.prompt.style,
-        example=prompt_example(env.id) if config.prompt.examples else None,
+        examples=prompt_examples(env.id, config.prompt.examples),
     )
     envs = verlog.make_vec(
         env.id,

@@ -262,3 +262,33 @@ def test_pickled_env_continues_identically() -> None:
 )
 def test_gymnasium_env_checker(env_id: str) -> None:
     check_env(gym.make(env_id).unwrapped)
+
+
+def test_the_worked_turns_walk_toward_the_win_object_once_per_direction() -> None:
+    """A prompt may show one worked turn per move (``prompt.examples = 4``); each must be right, or it teaches a
+    wrong move: its answer names a direction of the line of the object its "is win" rule names."""
+    from verlog.envs import prompt_examples
+    from verlog.models.prompts import PromptBuilder
+
+    examples = prompt_examples("verlog/BabaIsAI-goto_win-v0", 4)
+    assert sorted(action for *_, action in examples) == ["down", "left", "right", "up"]
+    for shown, _, action in examples:
+        lines = shown.splitlines()
+        win = next(line.split(" is win")[0] for line in lines if line.endswith(" is win"))
+        (where,) = [line for line in lines if line.startswith(f"{win} ") and " is " not in line]
+        assert action in where.split(), (where, action)
+    env = gym.make("verlog/BabaIsAI-goto_win-v0")
+    obs, info = env.reset(seed=0)
+    chat = PromptBuilder(
+        None, "action", 1024, style="short", examples=prompt_examples(env.spec.id, 2)
+    ).messages(info, obs)
+    assert [m["role"] for m in chat] == ["system", "user", "assistant", "user", "assistant", "user"]
+    # the first two, in order
+    assert [m["content"] for m in chat if m["role"] == "assistant"] == ["right", "up"]
+    assert obs in chat[-1]["content"]
+    # the single example is unchanged
+    assert prompt_examples("verlog/BabaIsAI-goto_win-v0", 1) == examples[:1]
+    with pytest.raises(ValueError, match=r"prompt.examples = 5, but verlog/BabaIsAI-goto_win-v0 offers 4"):
+        prompt_examples("verlog/BabaIsAI-goto_win-v0", 5)
+    with pytest.raises(ValueError, match=r"offers 1 worked example"):
+        prompt_examples("verlog/BabyAI-GoTo-v0", 2)

@@ -15,7 +15,7 @@ import gymnasium as gym
 import pytest
 import torch
 
-from verlog.envs import prompt_example
+from verlog.envs import prompt_examples
 from verlog.memory import wrap_memory
 from verlog.models.loading import load_tokenizer
 from verlog.models.piecewise import PiecewiseTokenizer
@@ -80,7 +80,7 @@ def _turns(env_id: str, memory: str, steps: int = 6) -> list[tuple[str, dict]]:
 @pytest.mark.parametrize("style", ["short", "full"])
 @pytest.mark.parametrize("env_id", GAMES)
 def test_piecewise_ids_equal_whole_text_ids(tokenizer, env_id: str, style: str) -> None:
-    builder = PromptBuilder(tokenizer, "think", 4096, style=style, example=prompt_example(env_id))
+    builder = PromptBuilder(tokenizer, "think", 4096, style=style, examples=prompt_examples(env_id))
     assert PiecewiseTokenizer(tokenizer).piecewise  # SmolLM2's GPT-2-style pre-tokenizer cuts at line starts
     for memory in ("none", "history"):
         turns = _turns(env_id, memory)
@@ -94,7 +94,7 @@ def test_piecewise_ids_equal_whole_text_ids(tokenizer, env_id: str, style: str) 
 def test_a_prompt_round_trips_through_the_chat_template(tokenizer) -> None:
     (obs, info), *_ = _turns("verlog/BabyAI-GoTo-v0", "none")
     builder = PromptBuilder(
-        tokenizer, "action", 1024, style="short", example=prompt_example("verlog/BabyAI-GoTo-v0")
+        tokenizer, "action", 1024, style="short", examples=prompt_examples("verlog/BabyAI-GoTo-v0")
     )
     ids = builder.from_info(obs, info)
     text = tokenizer.decode(ids)

@@ -38,6 +38,8 @@ BAD = {
     "ppo.critic_lr=0.0": r"^ppo\.critic_lr must be > 0",
     "ppo.actor_lr=nan": r"^ppo\.actor_lr must be a finite number",
     "ppo.critic_lr=inf": r"^ppo\.critic_lr must be a finite number",
+    "prompt.examples=-1": r"^prompt\.examples must be >= 0, got -1",
+    "prompt.examples=2": r"^prompt\.examples = 2, but .* offers 0 worked example\(s\)",
 }
 
 

@@ -243,10 +243,12 @@ class BabyAITextEnv(TextEnv):
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi", "rgb_array"], "render_fps": 4}
     actions: ClassVar[tuple[str, ...]] = tuple(name for name, _ in _ACTION_HELP)  # minigrid ints 0..5
-    prompt_example: ClassVar[tuple[str, str, str]] = (
-        "Goal: Go to the red ball.\nObservation:\na wall 3 steps forward\na red ball 2 steps forward",
-        "The red ball is straight ahead.",
-        "go forward",
+    prompt_examples: ClassVar[tuple[tuple[str, str, str], ...]] = (
+        (
+            "Goal: Go to the red ball.\nObservation:\na wall 3 steps forward\na red ball 2 steps forward",
+            "The red ball is straight ahead.",
+            "go forward",
+        ),
     )
     default_action: ClassVar[str] = "go forward"
     synonyms: ClassVar[Mapping[str, str]] = {

@@ -65,8 +65,9 @@ class TextEnv(gym.Env[str, str], ABC):
     default_action: ClassVar[str] = ""
     #: Lenient-mode phrases (any case/punctuation) mapped to canonical action names.
     synonyms: ClassVar[Mapping[str, str]] = {}
-    #: A worked turn in this game's own words for few-shot prompts: (observation, one-line reason, action).
-    prompt_example: ClassVar[tuple[str, str, str] | None] = None
+    #: Worked turns in this game's own words for few-shot prompts, each (observation, one-line reason, action);
+    #: ``prompt.examples = k`` shows the first k, so the first one is the game's single example.
+    prompt_examples: ClassVar[tuple[tuple[str, str, str], ...]] = ()
     #: Longest observation the env can produce (sets ``observation_space``).
     max_observation_chars: ClassVar[int] = 8192
     #: Longest response sampled by ``action_space.sample()``; longer responses are accepted all the same.

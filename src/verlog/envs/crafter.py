@@ -245,10 +245,12 @@ class CrafterTextEnv(TextEnv):
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi", "rgb_array"], "render_fps": 4}
     actions: ClassVar[tuple[str, ...]] = ACTIONS
-    prompt_example: ClassVar[tuple[str, str, str]] = (
-        f"Goal: {GOAL}\nObservation:\nYou see:\n- tree 1 step to your north\n\nYou face tree at your front.",
-        "A tree is in front of me, so I collect wood.",
-        "Do",
+    prompt_examples: ClassVar[tuple[tuple[str, str, str], ...]] = (
+        (
+            f"Goal: {GOAL}\nObservation:\nYou see:\n- tree 1 step to your north\n\nYou face tree at your front.",
+            "A tree is in front of me, so I collect wood.",
+            "Do",
+        ),
     )
     default_action: ClassVar[str] = "Noop"
     synonyms: ClassVar[dict[str, str]] = {

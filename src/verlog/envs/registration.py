@@ -6,7 +6,7 @@ from typing import Any
 
 from gymnasium.envs.registration import register, registry
 
-__all__ = ["BABYAI_TASKS", "MINIHACK_TASKS", "TEXTWORLD_TASKS", "prompt_example", "register_envs"]
+__all__ = ["BABYAI_TASKS", "MINIHACK_TASKS", "TEXTWORLD_TASKS", "prompt_examples", "register_envs"]
 
 #: BabyAI task kinds, as BALROG names them, and the id suffix each is registered under.
 BABYAI_TASKS = {
@@ -113,15 +113,27 @@ def register_envs() -> None:
         )
 
 
-def prompt_example(env_id: str) -> tuple[str, str, str] | None:
-    """The worked turn (observation, reason, action) the env's class offers for few-shot prompts, if any.
+def prompt_examples(env_id: str, count: int = 1) -> tuple[tuple[str, str, str], ...]:
+    """The first ``count`` worked turns (observation, reason, action) the env's class offers for few-shot prompts.
 
     Read from the registered class without making an env, so a learner or an evaluation can build its
-    prompts before (or without) stepping one.
+    prompts before (or without) stepping one. ``count = 1`` means "the game's example, if it has one" (most
+    BALROG games have none); asking for more than one than the class offers is an error that says how many it has.
     """
     from gymnasium.envs.registration import load_env_creator
 
+    if count < 0:
+        raise ValueError(f"prompt.examples must be >= 0, got {count}")
     spec = registry.get(env_id)
-    if spec is None or not isinstance(spec.entry_point, str):
-        return None
-    return getattr(load_env_creator(spec.entry_point), "prompt_example", None)
+    if count == 0 or spec is None or spec.entry_point is None:
+        return ()
+    entry = spec.entry_point
+    offered = tuple(
+        getattr(load_env_creator(entry) if isinstance(entry, str) else entry, "prompt_examples", ())
+    )
+    if count > 1 and count > len(offered):
+        raise ValueError(
+            f"prompt.examples = {count}, but {env_id} offers {len(offered)} worked example(s); use at most "
+            f"{max(1, len(offered))}"
+        )
+    return offered[:count]

@@ -8,8 +8,8 @@ Two styles (``prompt.style``):
   one user message with the goal (``info["goal"]``), the observation and the list of valid actions. A 135M
   chat model drowns in a 250-token instruction; it answers a short prompt with a worked example.
 
-``prompt.examples = 1`` puts one worked turn of the game (the env's ``prompt_example``) before the real one,
-as a user message and the assistant's answer in the requested format. The parser is the env's either way:
+``prompt.examples = k`` puts the first k worked turns of the game (the env's ``prompt_examples``) before the
+real one, each as a user message and the assistant's answer in the requested format. The parser is the env's either way:
 strict (BALROG) parsing is the env's ``strict_parsing`` and holds in every style.
 
 The memory wrapper budgets characters; here the budget is in tokens: a prompt over ``max_prompt_tokens``
@@ -97,7 +97,7 @@ class PromptBuilder:
         format_request: str = "",
         *,
         style: str = "full",
-        example: tuple[str, str, str] | None = None,
+        examples: Sequence[tuple[str, str, str]] = (),
     ) -> None:
         if format not in FORMAT_REQUESTS:
             raise ValueError(f"prompt format must be one of {sorted(FORMAT_REQUESTS)}, got {format!r}")
@@ -109,7 +109,7 @@ class PromptBuilder:
         self.tokenize = PiecewiseTokenizer(tokenizer) if tokenizer is not None else None
         self.format = format
         self.style = style
-        self.example = example
+        self.examples = tuple(examples)
         self.request = format_request or (FORMAT_REQUESTS[format] if style == "full" else "")
         self.max_prompt_tokens = max_prompt_tokens
         self.cuts = 0  # prompts that fell back to the current observation alone
@@ -118,12 +118,11 @@ class PromptBuilder:
     def messages(
         self, context: PromptContext | Mapping[str, Any] | str, observation: str
     ) -> list[dict[str, str]]:
-        """The chat: system message, the optional worked example, then the current turn."""
+        """The chat: system message, the worked examples (if any), then the current turn."""
         context = context if isinstance(context, PromptContext) else PromptContext.of(context)
         system = context.instruction if self.style == "full" else SHORT_SYSTEM[self.format]
         chat = [{"role": "system", "content": system}]
-        if self.example is not None:
-            shown, reason, action = self.example
+        for shown, reason, action in self.examples:
             chat.append({"role": "user", "content": self._user(context, shown, example=True)})
             chat.append({"role": "assistant", "content": self._answer(reason, action)})
         chat.append({"role": "user", "content": self._user(context, observation)})
@@ -207,7 +206,7 @@ class PromptBuilder:
 
 def prompt_builder(tokenizer: Any, settings: Any, env_id: str) -> PromptBuilder:
     """The builder for a ``[prompt]`` section (or anything with its fields) and the env it prompts for."""
-    from verlog.envs import prompt_example
+    from verlog.envs import prompt_examples
 
     return PromptBuilder(
         tokenizer,
@@ -215,5 +214,5 @@ def prompt_builder(tokenizer: Any, settings: Any, env_id: str) -> PromptBuilder:
         settings.max_prompt_tokens,
         settings.format_request,
         style=settings.style,
-        example=prompt_example(env_id) if settings.examples else None,
+        examples=prompt_examples(env_id, settings.examples),
     )

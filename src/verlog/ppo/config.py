@@ -174,7 +174,7 @@ class PromptConfig:
     style: Literal["short", "full"] = "short"
     """Prompt style: "short" (goal, observation and action list; for small models) or "full" (BALROG's instruction)."""
     examples: int = 1
-    """Worked turns of the game shown before the real one (0 or 1; the env's prompt_example)."""
+    """Worked turns of the game shown before the real one, the first k of the env's prompt_examples (BabaIsAI has 4, one per direction; BabyAI and Crafter 1; 1 = the game's example if it has one)."""
     format: Literal["action", "think", "tags"] = "action"
     """Answer format asked for: the bare action, "THINK: ... ACTION: ...", or <think>/<action> tags."""
     format_request: str = ""

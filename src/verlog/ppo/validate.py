@@ -17,6 +17,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from verlog.envs import prompt_examples
 from verlog.ppo.config import ESTIMATORS, Config, ConfigError
 
 __all__ = ["ConfigError", "ConfigProblems", "anchor_problem", "problems", "validate"]
@@ -115,8 +116,13 @@ def _sizes(config: Config) -> Iterator[str]:
     }
     bad = [key for key, value in positive.items() if not value > 0]
     yield from (f"{key} must be > 0, got {positive[key]}" for key in bad)
-    if prompt.examples not in (0, 1):
-        yield f"prompt.examples must be 0 or 1, got {prompt.examples}"
+    if prompt.examples < 0:
+        yield f"prompt.examples must be >= 0, got {prompt.examples}"
+    else:
+        try:
+            prompt_examples(env.id, prompt.examples)
+        except ValueError as error:
+            yield str(error)
     if bad or not config.algo.critic:  # the turn batch below is PPO's; a critic-free batch is whole episodes
         return
     batch = ppo.turns_per_update * env.num_envs

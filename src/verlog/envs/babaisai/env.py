@@ -92,10 +92,34 @@ class BabaIsAIEnv(TextEnv):
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi", "rgb_array"], "render_fps": 4}
     actions: ClassVar[tuple[str, ...]] = ACTIONS
-    prompt_example: ClassVar[tuple[str, str, str]] = (
-        f"Goal: {GOAL}\nObservation:\nActive rules:\nbaba is you\nflag is win\n\nObjects on the map:\nflag 1 step to the right",
-        "The flag is win and it is one step to the right.",
-        "right",
+    #: One worked turn per direction: with the first alone, SmolLM2 answers "right" twice as often as any
+    #: other move and a valid move 68 % of the time; with all four, 92 % (README, "Does a real model learn?").
+    prompt_examples: ClassVar[tuple[tuple[str, str, str], ...]] = (
+        (
+            f"Goal: {GOAL}\nObservation:\nActive rules:\nbaba is you\nflag is win\n\nObjects on the map:\nflag 1 step to the right",
+            "The flag is win and it is one step to the right.",
+            "right",
+        ),
+        (
+            f"Goal: {GOAL}\nObservation:\nActive rules:\nkey is win\nbaba is you\n\nObjects on the map:\n"
+            "rule `key` 1 step to the left and 3 step down\nrule `is` 3 step down\n"
+            "rule `win` 1 step to the right and 3 step down\nkey 2 steps up",
+            "The key is win and it is two steps up; the rule blocks below are words, not the key.",
+            "up",
+        ),
+        (
+            f"Goal: {GOAL}\nObservation:\nActive rules:\nbaba is you\nball is win\n\nObjects on the map:\n"
+            "key 2 steps to the right\nball 3 steps to the left",
+            "The ball is win and it is three steps to the left; the key is not win.",
+            "left",
+        ),
+        (
+            f"Goal: {GOAL}\nObservation:\nActive rules:\ndoor is win\nbaba is you\n\nObjects on the map:\n"
+            "rule `door` 2 step to the left and 1 step up\nrule `is` 1 step to the left and 1 step up\n"
+            "rule `win` 1 step up\ndoor 1 step to the right and 3 steps down",
+            "The door is win; it is three steps down and one to the right, so I move down.",
+            "down",
+        ),
     )
     default_action: ClassVar[str] = "idle"
     synonyms: ClassVar[dict[str, str]] = _SYNONYMS
