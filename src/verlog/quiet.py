@@ -62,6 +62,7 @@ class _RunLogHandler(logging.Handler):
     def open(self, path: Path) -> None:
         if self.file is not None:
             return
+        path.parent.mkdir(parents=True, exist_ok=True)  # a benchmark's runs/logs on a fresh clone
         self.file = open(path, "a", encoding="utf-8")  # noqa: SIM115 (open for the whole run)
         for text in self.pending:
             self.file.write(text + "\n")
