@@ -121,3 +121,9 @@ def compare(session: nox.Session) -> None:
 def bench_prompts(session: nox.Session) -> None:
     """Zero-shot valid-action rate of SmolLM2 for each prompt style, example, format and memory."""
     session.run("python", "benchmarks/prompts.py", *session.posargs)
+
+
+@nox.session
+def bench_first_moves(session: nox.Session) -> None:
+    """Does SmolLM2's first answer on BabaIsAI point toward the WIN object, for 0, 1 and 4 worked examples?"""
+    session.run("python", "benchmarks/first_moves.py", *session.posargs)

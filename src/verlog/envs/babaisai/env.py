@@ -92,8 +92,9 @@ class BabaIsAIEnv(TextEnv):
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi", "rgb_array"], "render_fps": 4}
     actions: ClassVar[tuple[str, ...]] = ACTIONS
-    #: One worked turn per direction: with the first alone, SmolLM2 answers "right" twice as often as any
-    #: other move and a valid move 68 % of the time; with all four, 92 % (README, "Does a real model learn?").
+    #: One worked turn per move. On 100 goto_win states (benchmarks/first_moves.py) SmolLM2's first answer token
+    #: is a move 68 % of the time after the first example alone (54 % of that "right", its answer), 91 % after all
+    #: four (52 % "down", the last one's answer): more valid answers, the same lean toward the last example's move.
     prompt_examples: ClassVar[tuple[tuple[str, str, str], ...]] = (
         (
             f"Goal: {GOAL}\nObservation:\nActive rules:\nbaba is you\nflag is win\n\nObjects on the map:\nflag 1 step to the right",
