@@ -107,14 +107,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     model = load_actor(path).eval()
     turns = states(args.states)
     rows = []
+    print("examples  P(move)  P(toward | move)  uniform  argmax toward  up/right/down/left")
     for examples in (int(k) for k in args.examples.split(",")):
         row = first_moves(model, tokenizer, examples, turns)
         rows.append(row)
         shares = "/".join(f"{v:.2f}" for v in row["move_shares"].values())
         print(
-            f"examples={examples}: a move {row['p_move']:.2f}, toward the win object {row['p_toward_given_move']:.3f}"
-            f" of the moves (uniform {row['uniform_toward']:.3f}), argmax toward {row['argmax_toward']:.2f}, "
-            f"up/right/down/left {shares}",
+            f"{examples:8d}  {row['p_move']:7.2f}  {row['p_toward_given_move']:16.3f}  "
+            f"{row['uniform_toward']:7.3f}  {row['argmax_toward']:13.2f}  {shares}",
             flush=True,
         )
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -118,7 +118,7 @@ def prompt_examples(env_id: str, count: int = 1) -> tuple[tuple[str, str, str], 
 
     Read from the registered class without making an env, so a learner or an evaluation can build its
     prompts before (or without) stepping one. ``count = 1`` means "the game's example, if it has one" (most
-    BALROG games have none); asking for more than one than the class offers is an error that says how many it has.
+    BALROG games have none); a larger count than the class offers is an error that says how many it has.
     """
     from gymnasium.envs.registration import load_env_creator
 

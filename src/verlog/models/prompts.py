@@ -9,8 +9,8 @@ Two styles (``prompt.style``):
   chat model drowns in a 250-token instruction; it answers a short prompt with a worked example.
 
 ``prompt.examples = k`` puts the first k worked turns of the game (the env's ``prompt_examples``) before the
-real one, each as a user message and the assistant's answer in the requested format. The parser is the env's either way:
-strict (BALROG) parsing is the env's ``strict_parsing`` and holds in every style.
+real one, each as a user message and the assistant's answer in the requested format. The parser is the env's
+either way: strict (BALROG) parsing is the env's ``strict_parsing`` and holds in every style.
 
 The memory wrapper budgets characters; here the budget is in tokens: a prompt over ``max_prompt_tokens``
 falls back to the env's current observation alone (``info["raw_observation"]``), and only if even that does

@@ -116,13 +116,10 @@ def _sizes(config: Config) -> Iterator[str]:
     }
     bad = [key for key, value in positive.items() if not value > 0]
     yield from (f"{key} must be > 0, got {positive[key]}" for key in bad)
-    if prompt.examples < 0:
-        yield f"prompt.examples must be >= 0, got {prompt.examples}"
-    else:
-        try:
-            prompt_examples(env.id, prompt.examples)
-        except ValueError as error:
-            yield str(error)
+    try:  # its own checks: a count below 0, more than the game offers
+        prompt_examples(env.id, prompt.examples)
+    except ValueError as error:
+        yield str(error)
     if bad or not config.algo.critic:  # the turn batch below is PPO's; a critic-free batch is whole episodes
         return
     batch = ppo.turns_per_update * env.num_envs
