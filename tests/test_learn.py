@@ -69,6 +69,9 @@ def test_the_real_model_verdict_needs_three_standard_errors_and_fewer_invalid_an
     more_invalid = {**learned, "invalid_action_rate": 0.35}
     assert not real.verdict(before, more_invalid)["passed"]
     assert not real.verdict(before, {**learned, "success": 0.20})["passed"]  # 1.7 SE only
+    never_invalid = {**before, "invalid_action_rate": 0.0, "invalid_se": 0.0}  # greedy answers: none to lower
+    assert real.verdict(never_invalid, {**learned, "invalid_action_rate": 0.0, "invalid_se": 0.0})["passed"]
+    assert not real.verdict(never_invalid, learned)["passed"]  # from none to some is a rise
     assert real._episode_rate_se([0.0, 1.0]) == pytest.approx(0.5)
     assert math.isnan(real._episode_rate_se([0.5]))
 
@@ -129,6 +132,20 @@ def test_the_real_model_judge_plays_the_panels_task() -> None:
     assert goto.curriculum.stages[0]["room_size"] == 5
     small = load_config(ROOT / "envs" / "learn_real.toml")
     assert real.target(small) == (small.env.id, small.env.kwargs)
+
+
+def test_the_real_model_judge_decodes_as_the_panel_does() -> None:
+    """Sampled at the training temperature by default; greedy (BALROG's leaderboard setting) with
+    ``panel.greedy = true``, so the judged figures and the panel's curve are the same kind of number."""
+    from verlog.ppo.config import load_config
+
+    real = _learn_real()
+    config = load_config(ROOT / "envs" / "learn_babaisai_gigpo.toml")
+    sampled = real.eval_command("m", config, Path("c.toml"), Path("out"), 64, 10_000, 32)
+    assert "--sample" in sampled and sampled[sampled.index("--episodes") + 1] == "64"
+    config.panel.greedy = True
+    greedy = real.eval_command("m", config, Path("c.toml"), Path("out"), 64, 10_000, 32, "best")
+    assert "--sample" not in greedy and greedy[-2:] == ["--checkpoint", "best"]
 
 
 def test_the_real_model_judge_can_play_the_panels_best_checkpoint(tmp_path: Path) -> None:
