@@ -9,9 +9,10 @@ the same held-out seeded episodes before and after training.
 
 Steps: the preset's model (``model.build``: fetched from the package registry and converted on first use) plays
 N seeded evaluation episodes of the *target* task, decoded as the validation panel decodes (sampled at the
-training temperature, or greedy where ``panel.greedy = true``) with the run's prompts (the zero-shot baseline; the same model on the same episodes gives the same figure for every seed, so it is
-kept under ``runs/zero-shot/`` and reused); PPO trains ``run.total_updates`` updates from ``--seed``, playing
-the validation panel every ``run.eval_every`` updates with the watchdog on; the last checkpoint (``--judge best``:
+training temperature, or greedy where ``panel.greedy = true``) with the run's prompts (the zero-shot baseline;
+the same model on the same episodes gives the same figure for every seed, so it is kept under
+``runs/zero-shot/`` and reused); PPO trains ``run.total_updates`` updates from ``--seed``, playing the validation
+panel every ``run.eval_every`` updates with the watchdog on; the last checkpoint (``--judge best``:
 the panel's best) plays the very same episodes. The target is the panel's task (``panel.env_id`` and
 ``panel.env_kwargs`` over ``env.kwargs``), so a curriculum may train on easier stages while the panel and the
 judge play the task itself. The evaluation seeds (``--eval-seed``, default 10,000) are far from the training
@@ -69,25 +70,13 @@ def target(config: Any) -> tuple[str, dict[str, Any]]:
     return config.panel.env_id or config.env.id, {**config.env.kwargs, **config.panel.env_kwargs}
 
 
-def evaluation(
-    agent: str,
-    config: Any,
-    run_config: Path,
-    out: Path,
-    episodes: int,
-    seed: int,
-    num_envs: int,
-    checkpoint: str | None = None,
-) -> dict:
-    """``verlog eval`` of ``agent`` on the target task, decoded as the panel decodes (sampled at the training
-    temperature unless ``panel.greedy``: the judge and the curve it is read against agree), in a child process
-    (its own sampler engine, none left behind in the trainer's): success and invalid-action rate with SEs.
-    ``checkpoint`` picks a run folder's checkpoint (``best``); None for a model or a run's newest."""
+def evaluation(command: Sequence[str], out: Path, env_id: str) -> dict:
+    """Runs ``command`` (:func:`eval_command`'s) in a child process (its own sampler engine, none left behind in
+    the trainer's) and reads ``out``: success and invalid-action rate with SEs."""
     from verlog.sampling.vllm import child_env
 
-    command = eval_command(agent, config, run_config, out, episodes, seed, num_envs, checkpoint)
-    subprocess.run(command, check=True, env=child_env())
-    return figures(out, target(config)[0])
+    subprocess.run(list(command), check=True, env=child_env())
+    return figures(out, env_id)
 
 
 def eval_command(
@@ -100,7 +89,9 @@ def eval_command(
     num_envs: int,
     checkpoint: str | None = None,
 ) -> list[str]:
-    """The ``verlog eval`` command line :func:`evaluation` runs (``--sample`` unless ``panel.greedy``)."""
+    """``verlog eval`` of ``agent`` on the target task into ``out``, decoded as the panel decodes (sampled at the
+    training temperature unless ``panel.greedy``: the judge and the curve it is read against agree).
+    ``checkpoint`` picks a run folder's checkpoint (``best``); None for a model or a run's newest."""
     env_id, env_kwargs = target(config)
     return [
         sys.executable, "-m", "verlog", "eval", str(agent), "--suite", env_id, "--episodes", str(episodes),
@@ -163,7 +154,8 @@ def zero_shot(
         return figures(folder, env_id), folder, True
     partial = folder.with_name(folder.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
-    result = evaluation(config.model.path, config, run_config, partial, episodes, seed, num_envs)
+    command = eval_command(config.model.path, config, run_config, partial, episodes, seed, num_envs)
+    result = evaluation(command, partial, env_id)
     (partial / "key.json").write_text(json.dumps(key, indent=2, default=str) + "\n")
     partial.replace(folder)  # only a finished evaluation is ever reused
     return result, folder, False
@@ -311,16 +303,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if (after_dir / "summary.json").is_file():  # judged before: the same checkpoint on the same episodes
         after = figures(after_dir, target(config)[0])
     else:
-        after = evaluation(
-            str(run_dir),
-            config,
-            run_dir / CONFIG_FILE,
-            after_dir,
-            args.episodes,
-            args.eval_seed,
-            args.eval_envs,
-            None if args.judge == "newest" else args.judge,
-        )
+        checkpoint = None if args.judge == "newest" else args.judge
+        command = eval_command(
+            str(run_dir), config, run_dir / CONFIG_FILE, after_dir, args.episodes, args.eval_seed,
+            args.eval_envs, checkpoint,
+        )  # fmt: skip
+        after = evaluation(command, after_dir, target(config)[0])
     result = verdict(before, after)
     wall = time.perf_counter() - started if args.run is None else None
     _print_outcome(console, before, after, result)
