@@ -25,6 +25,7 @@ from verlog.models.tiny import build_tiny
 from verlog.ppo.advantages import (
     EPS,
     GroupAdvantages,
+    center_by_action,
     discounted_returns,
     episode_advantages,
     group_advantages,
@@ -131,6 +132,33 @@ def test_gigpo_with_all_equal_returns_still_has_a_step_signal() -> None:
     )
 
 
+def test_centring_by_action_cancels_what_an_action_earns_everywhere_and_keeps_the_invalid_penalty() -> None:
+    # "right" won on average (a push toward it in every state); "up" did not; one invalid answer was penalised.
+    turns = [np.array([1.0, 0.5, -0.3]), np.array([0.0, -1.0])]
+    actions = [["right", "right", None], ["up", "up"]]
+    means = center_by_action(turns, actions)
+    assert means == {"right": 0.75, "up": -0.5}
+    assert list(turns[0]) == pytest.approx([0.25, -0.25, -0.3])  # the invalid answer keeps its -0.3
+    assert list(turns[1]) == pytest.approx([0.5, -0.5])
+    with pytest.raises(ValueError, match="episode 1: 1 actions for 2 turns"):
+        center_by_action(turns, [["right", "right", None], ["up"]])
+
+
+def test_centred_gigpo_keeps_only_what_depends_on_the_state() -> None:
+    # Two states, each seen by both episodes of the group. In "a" going right was better, in "b" going left:
+    # "right" fared better on average (+0.25 against -0.25 for "left"), which centring takes away, while each
+    # state's comparison survives: right above left in "a", left above right in "b".
+    rewards = [[1.0], [0.0], [0.0], [0.5]]
+    anchors = [["a"], ["a"], ["b"], ["b"]]
+    actions = [["right"], ["left"], ["right"], ["left"]]
+    plain = group_advantages(rewards, 2, std=False, anchors=anchors, step_weight=1.0)
+    centred = group_advantages(rewards, 2, std=False, anchors=anchors, step_weight=1.0, actions=actions)
+    assert _flat(plain) == pytest.approx([1.0, -1.0, -0.5, 0.5])
+    assert centred.action_means == pytest.approx({"right": 0.25, "left": -0.25})
+    assert _flat(centred) == pytest.approx([0.75, -0.75, -0.75, 0.75])
+    assert plain.action_means == {}
+
+
 def test_storage_puts_the_turn_advantage_on_every_token_and_the_kl_return() -> None:
     storage = GroupStorage(2, 2, 3, pad_id=0, num_minibatches=1)
     storage.put(0, 0, [5, 6, 7], [0.0] * 3, 0.0)
@@ -212,12 +240,14 @@ def model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny(tmp_path_factory.mktemp("tiny") / "model", TOY_ID, memory="history")
 
 
-def _rollout(model_path: Path, algo: AlgoConfig, seed: int = 3) -> tuple[GroupRollout, GroupStorage]:
+def _rollout(
+    model_path: Path, algo: AlgoConfig, seed: int = 3, env_id: str = GOTO
+) -> tuple[GroupRollout, GroupStorage]:
     models = load_models(str(model_path), with_reference=False)
-    envs = verlog.make_vec(GOTO, 4, memory="history", memory_kwargs={"turns": 2}, seed=seed)
+    envs = verlog.make_vec(env_id, 4, memory="history", memory_kwargs={"turns": 2}, seed=seed)
     sampler = TransformersSampler(models.actor, models.tokenizer, max_new_tokens=3)
     prompts = PromptBuilder(models.tokenizer, "action", 768)
-    rollout = GroupRollout(envs, sampler, prompts, algo=algo, seed=seed, stride=2, env_id=GOTO)
+    rollout = GroupRollout(envs, sampler, prompts, algo=algo, seed=seed, stride=2, env_id=env_id)
     storage = GroupStorage(algo.max_episode_turns, 4, 3, models.tokenizer.pad_token_id, 2)
     return rollout, storage
 
@@ -256,6 +286,46 @@ def test_group_members_start_in_the_same_state_and_runs_replay(model_path: Path)
     torch.manual_seed(0)
     replay.collect(replay_storage)
     assert torch.equal(replay_storage.responses, _first_batch_responses(model_path, algo))
+
+
+@pytest.fixture(scope="module")
+def words_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny model whose tokens are the toy game's words: some of its answers name a move."""
+    return build_tiny(
+        tmp_path_factory.mktemp("tiny-words") / "model", TOY_ID, memory="history", tokenizer="words"
+    )
+
+
+def test_centring_takes_each_valid_action_s_batch_mean_off_its_turns_and_leaves_invalid_turns(
+    words_model_path: Path,
+) -> None:
+    runs = {}
+    for centre in (False, True):  # the same seeded batch: centring only changes the advantages
+        algo = AlgoConfig(
+            advantage="gigpo",
+            group_size=2,
+            max_episode_turns=12,
+            filter_no_signal=False,
+            center_actions=centre,
+        )
+        rollout, storage = _rollout(words_model_path, algo, env_id=TOY_ID)
+        samples: list[dict] = []
+        torch.manual_seed(0)
+        metrics = rollout.collect(storage, samples=samples)
+        runs[centre] = (samples, storage.turn_advantages.clone(), metrics)
+    (samples, plain, _), (same, centred, metrics) = runs[False], runs[True]
+    assert [s["response"] for s in samples] == [s["response"] for s in same]
+    valid = [s for s in samples if s["action_valid"]]
+    assert valid and any(not s["action_valid"] for s in samples)
+    means: dict[str, list[float]] = {}
+    for s in valid:
+        means.setdefault(s["action"], []).append(float(plain[s["turn"], s["env_index"]]))
+    assert any(abs(np.mean(v)) > 0.1 for v in means.values())  # something to take off
+    for s in samples:
+        t, n = s["turn"], s["env_index"]
+        taken = float(np.mean(means[s["action"]])) if s["action_valid"] else 0.0
+        assert float(centred[t, n]) == pytest.approx(float(plain[t, n]) - taken, abs=1e-5)
+    assert "groups/action_mean_spread" in metrics and "groups/action_mean_spread" not in runs[False][2]
 
 
 def _first_batch_responses(model_path: Path, algo: AlgoConfig) -> torch.Tensor:
@@ -323,6 +393,7 @@ def test_a_grpo_run_has_no_critic_anywhere(tmp_path: Path, model_path: Path) -> 
         (['algo.advantage="rloo"', 'algo.pool="turn"'], 'fix: algo.pool="episode"'),
         (['algo.advantage="grpo"', "algo.resample_attempts=-1"], "algo.resample_attempts must be >= 0"),
         (['algo.advantage="grpo"', 'env.vectorization_mode="async"'], 'fix: env.vectorization_mode="sync"'),
+        (["algo.center_actions=true"], 'a critic has none (fix: algo.advantage="gigpo")'),
     ],
 )
 def test_bad_settings_stop_with_one_line(overrides: list[str], message: str) -> None:

@@ -412,6 +412,8 @@ class GroupAdvantages:
     """Per group: whether any of its turns has a non-zero advantage (a group without carries no gradient)."""
     step_groups: list[int] = field(default_factory=list)
     """GiGPO: the size of every step group (a turn alone in its step group counts as a group of one)."""
+    action_means: dict[Hashable, float] = field(default_factory=dict)
+    """With ``actions``: each action's mean advantage over the batch before it was subtracted."""
 
     @property
     def no_signal_groups(self) -> int:
@@ -428,10 +430,13 @@ def group_advantages(
     step_gamma: float = 0.95,
     baseline: str = "mean",
     pool: str = "episode",
+    actions: Sequence[Sequence[Hashable | None]] | None = None,
 ) -> GroupAdvantages:
     """GRPO (``anchors=None``), RLOO (``baseline="loo"``) or GiGPO advantages of every turn of ``rewards[i]``
     (episode i's turn rewards). ``anchors[i][t]`` is the state episode i saw before its turn t (GiGPO's anchor).
-    ``pool = "turn"`` computes the episode statistics over every turn's copy of its episode's return."""
+    ``pool = "turn"`` computes the episode statistics over every turn's copy of its episode's return.
+    ``actions[i][t]``: the action turn t chose (None for an invalid answer); given, each action's mean
+    advantage over the batch is subtracted from its turns (:func:`center_by_action`)."""
     returns = [float(np.sum(r)) for r in rewards]
     lengths = [len(r) for r in rewards] if pool == "turn" else None
     episode = episode_advantages(returns, group_size, std=std, baseline=baseline, lengths=lengths)
@@ -451,8 +456,39 @@ def group_advantages(
             for (i, t), value in zip(turns, steps, strict=True):
                 result.turns[i][t] += step_weight * value
             result.step_groups.append(len(turns))
+    if actions is not None:
+        result.action_means = center_by_action(result.turns, actions)
     result.signal = [
         any(bool(np.any(result.turns[i] != 0)) for i in range(start, start + group_size))
         for start in range(0, len(rewards), group_size)
     ]
     return result
+
+
+def center_by_action(
+    turns: list[np.ndarray], actions: Sequence[Sequence[Hashable | None]]
+) -> dict[Hashable, float]:
+    """Subtract from each turn's advantage the mean advantage of every turn in the batch that chose the same
+    action, in place; turns whose action is None (invalid answers) keep theirs. Returns the means subtracted.
+
+    Why: a policy that does not yet read its observation gets, from each batch, a push toward whichever action
+    happened to fare best on average, and a sampled policy's noise settles on the action it already favours
+    (every critic-free BabaIsAI run collapsed onto its prior's favourite move). With every action's mean at
+    zero, that state-blind part of the gradient is gone; what is left says which action was better *in its
+    state* than the same action elsewhere. Invalid answers keep their penalty, so they are still unlearned.
+    """
+    sums: dict[Hashable, float] = defaultdict(float)
+    counts: dict[Hashable, int] = defaultdict(int)
+    for i, chosen in enumerate(actions):
+        if len(chosen) != len(turns[i]):
+            raise ValueError(f"episode {i}: {len(chosen)} actions for {len(turns[i])} turns")
+        for t, action in enumerate(chosen):
+            if action is not None:
+                sums[action] += float(turns[i][t])
+                counts[action] += 1
+    means = {action: sums[action] / counts[action] for action in sums}
+    for i, chosen in enumerate(actions):
+        for t, action in enumerate(chosen):
+            if action is not None:
+                turns[i][t] -= means[action]
+    return means

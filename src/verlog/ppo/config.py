@@ -292,6 +292,8 @@ class AlgoConfig:
     """gigpo: weight w of the step term, A = A_episode + w * A_step (verl-agent's step_advantage_w, 1.0)."""
     step_gamma: float = 0.95
     """gigpo: discount of the return from a turn, compared within a step group (verl-agent's gamma, 0.95)."""
+    center_actions: bool = False
+    """grpo/gigpo/rloo: subtract each action's mean advantage over the batch from its turns (info["executed_action"]; invalid answers keep theirs), so no action gains everywhere for faring well on average: only the state it was chosen in decides."""
 
     @property
     def critic(self) -> bool:

@@ -327,11 +327,12 @@ class GroupRollout(Rollout):
         G, N = self.algo.group_size, self.num_envs
         rewards: list[list[float]] = [[] for _ in range(N)]
         anchors: list[list[str]] = [[] for _ in range(N)]
+        actions: list[list[str | None]] = [[] for _ in range(N)]
         play, resampled, first_empty = list(range(N)), 0, 0
         for attempt in range(self.algo.resample_attempts + 1):
-            self._play(storage, play, self.group_seeds(), rewards, anchors, tally)
+            self._play(storage, play, self.group_seeds(), rewards, anchors, actions, tally)
             self.batches += 1
-            result = self._advantages(rewards, anchors)
+            result = self._advantages(rewards, anchors, actions)
             empty = [k for k, signal in enumerate(result.signal) if not signal]
             first_empty = len(empty) if attempt == 0 else first_empty
             more = bool(empty) if self.any_running is None else self.any_running(bool(empty))
@@ -373,9 +374,14 @@ class GroupRollout(Rollout):
             sizes = np.asarray(result.step_groups)
             metrics["groups/step_group_size"] = float(sizes.mean())
             metrics["groups/anchored_turn_fraction"] = float(sizes[sizes > 1].sum() / max(turns, 1))
+        if result.action_means:  # how far apart the actions' mean advantages were before centring
+            means = result.action_means.values()
+            metrics["groups/action_mean_spread"] = max(means) - min(means)
         return metrics
 
-    def _advantages(self, rewards: list[list[float]], anchors: list[list[str]]) -> GroupAdvantages:
+    def _advantages(
+        self, rewards: list[list[float]], anchors: list[list[str]], actions: list[list[str | None]]
+    ) -> GroupAdvantages:
         algo = self.algo
         return group_advantages(
             rewards,
@@ -386,6 +392,7 @@ class GroupRollout(Rollout):
             step_gamma=algo.step_gamma,
             baseline="loo" if algo.advantage == "rloo" else "mean",
             pool=algo.pool,
+            actions=actions if algo.center_actions else None,
         )
 
     def _play(
@@ -395,6 +402,7 @@ class GroupRollout(Rollout):
         seeds: list[int],
         rewards: list[list[float]],
         anchors: list[list[str]],
+        actions: list[list[str | None]],
         tally: dict[str, Any],
     ) -> None:
         """Reset the envs in ``play`` (each from its seed) and play their episodes to the end or the turn cap;
@@ -409,7 +417,7 @@ class GroupRollout(Rollout):
         clock["time/env"] += time.perf_counter() - start
         for n, (_, info) in resets.items():
             storage.forget(n)
-            rewards[n], anchors[n] = [], [anchor_of(info, n, gigpo)]
+            rewards[n], anchors[n], actions[n] = [], [anchor_of(info, n, gigpo)], []
             self.episode_return[n], self.episode_length[n] = 0.0, 0
         if play:
             first = self.prompts.from_infos([resets[n][0] for n in play], [resets[n][1] for n in play])
@@ -442,6 +450,7 @@ class GroupRollout(Rollout):
                 stored = 1.0 if self.binary_reward and reward > 0 else float(reward)
                 storage.put(t, n, out.token_ids[j], out.logprobs[j], stored)
                 rewards[n].append(stored)
+                actions[n].append(str(info["executed_action"]) if info["action_valid"] else None)
                 self.episode_return[n] += float(reward)
                 self.episode_length[n] += 1
                 if term or trunc or t == K - 1:

@@ -179,6 +179,8 @@ def _algo(config: Config) -> Iterator[str]:
         yield f"algo.advantage must be one of {list(ESTIMATORS)}, got {algo.advantage!r}"
         return
     if algo.critic:
+        if algo.center_actions:
+            yield 'algo.center_actions centres group advantages; a critic has none (fix: algo.advantage="gigpo")'
         return
     name = f"algo.advantage = {algo.advantage!r}"
     if algo.group_size < 0 or algo.max_episode_turns < 1 or algo.resample_attempts < 0:
