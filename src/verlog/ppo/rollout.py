@@ -410,7 +410,7 @@ class GroupRollout(Rollout):
         clock, episodes, samples = tally["clock"], tally["episodes"], tally["samples"]
         for key in ("invalid", "tokens", "capped", "truncated", "reward", "turns"):
             tally.setdefault(key, 0)
-        gigpo = self.algo.advantage == "gigpo"
+        gigpo, centre = self.algo.advantage == "gigpo", self.algo.center_actions
         subenvs, K = list(self.envs.envs), storage.num_turns
         start = time.perf_counter()
         resets = {n: subenvs[n].reset(seed=seeds[n]) for n in play}
@@ -450,7 +450,8 @@ class GroupRollout(Rollout):
                 stored = 1.0 if self.binary_reward and reward > 0 else float(reward)
                 storage.put(t, n, out.token_ids[j], out.logprobs[j], stored)
                 rewards[n].append(stored)
-                actions[n].append(str(info["executed_action"]) if info["action_valid"] else None)
+                if centre:  # the action each turn chose, for algo.center_actions (None: an invalid answer)
+                    actions[n].append(str(info["executed_action"]) if info["action_valid"] else None)
                 self.episode_return[n] += float(reward)
                 self.episode_length[n] += 1
                 if term or trunc or t == K - 1:
