@@ -31,7 +31,7 @@ from verlog.ppo.advantages import (
     group_advantages,
 )
 from verlog.ppo.config import AlgoConfig, ConfigError, load_config
-from verlog.ppo.rollout import GroupRollout, anchor_of
+from verlog.ppo.group_rollout import GroupRollout, anchor_of
 from verlog.ppo.storage import GroupStorage
 from verlog.ppo.trainer import Trainer
 from verlog.ppo.validate import anchor_problem, validate

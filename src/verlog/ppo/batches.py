@@ -12,8 +12,10 @@ from collections.abc import Callable
 from typing import Any
 
 from verlog.models.prompts import PromptBuilder
+from verlog.ppo.branching import Brancher, branch_width
 from verlog.ppo.config import Config
-from verlog.ppo.rollout import GroupRollout, Rollout
+from verlog.ppo.group_rollout import GroupRollout
+from verlog.ppo.rollout import Rollout
 from verlog.ppo.storage import GroupStorage, TurnStorage
 
 __all__ = ["make_batches"]
@@ -38,6 +40,10 @@ def make_batches(
         storage = TurnStorage(config.ppo.turns_per_update, env.num_envs, prompt.max_response_tokens, pad_id)
         return rollout, storage
     groups = env.num_envs // algo.group_size
+    width = branch_width(envs.envs) if algo.branch_actions else 0  # B: branch columns per env
+    brancher = (
+        Brancher(prompts.tokenizer, env.num_envs, width, binary_reward=env.binary_reward) if width else None
+    )
     group_rollout = GroupRollout(
         envs,
         sampler,
@@ -46,10 +52,15 @@ def make_batches(
         seed=config.run.seed + rank * groups,
         stride=groups * world_size,
         any_running=any_running,
+        brancher=brancher,
         binary_reward=env.binary_reward,
         env_id=env.id,
     )
     group_storage = GroupStorage(
-        algo.max_episode_turns, env.num_envs, prompt.max_response_tokens, pad_id, config.ppo.num_minibatches
+        algo.max_episode_turns,
+        env.num_envs * (1 + width),  # env n's branch b in column N + n * B + b
+        prompt.max_response_tokens,
+        pad_id,
+        config.ppo.num_minibatches,
     )
     return group_rollout, group_storage

@@ -305,6 +305,10 @@ class GroupStorage(TurnStorage):
         self.response_lens.zero_()
         self.final_prompts.clear()
 
+    def reset_first(self, prompts: Sequence[list[int]]) -> None:
+        """The envs' first prompts in their columns; any branch columns after them keep their place."""
+        self.prompts[0][: len(prompts)] = [list(p) for p in prompts]
+
     def forget(self, n: int) -> None:
         """Drop env n's turns (its group is played again)."""
         self.active[:, n] = False

@@ -181,7 +181,14 @@ def _algo(config: Config) -> Iterator[str]:
     if algo.critic:
         if algo.center_actions:
             yield 'algo.center_actions centres group advantages; a critic has none (fix: algo.advantage="gigpo")'
+        if algo.branch_actions:
+            yield 'algo.branch_actions adds to group advantages; a critic has none (fix: algo.advantage="gigpo")'
         return
+    if algo.branch_actions and ppo.reuse_sampler_logprobs:
+        yield (
+            "algo.branch_actions trains on answers the sampler never gave, so the actor must score their old "
+            "log-probs (fix: ppo.reuse_sampler_logprobs=false)"
+        )
     name = f"algo.advantage = {algo.advantage!r}"
     if algo.group_size < 0 or algo.max_episode_turns < 1 or algo.resample_attempts < 0:
         yield (

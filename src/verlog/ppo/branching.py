@@ -1,0 +1,143 @@
+"""One-step branches (``algo.branch_actions``): every offered action tried once from each visited state.
+
+A critic-free estimator learns which move was better in a state only from the moves its samples happened to
+try there, and a policy that favours one move rarely tries the others: its sampling noise then settles on the
+favourite long before the state's comparison moves it (what every BabaIsAI attempt in README showed). Here,
+before a played turn's answer goes to its env, each offered action (``offered_actions``, what
+``info["valid_actions"]`` lists) is stepped once in a deep copy of that env. Every branch is stored as a turn of
+its own (the same prompt, the action's text as the answer) with the advantage ``w * (r - mean)``, where r is
+its one-step reward and the mean is taken over the state's branches and the played turn; the played turn gets
+the same term on top of its group advantage. Within a state the branch advantages sum to zero, so no move gains
+everywhere: only what the observation says can tell the moves apart. This is the "all-action" policy gradient
+(each action weighted by what it earned, not by the luck of being sampled), made of one-step rollouts like TRPO's
+vine; it needs envs that can be deep-copied and a reward that tells a single step apart (a shaping reward).
+
+Branch turns sit in the storage's columns ``N + n * B + b`` (env n, action b, B = the most actions any env
+offers); their log-probs were never sampled, so the actor scores them (``ppo.reuse_sampler_logprobs = false``).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from verlog.ppo.storage import GroupStorage
+
+__all__ = ["Brancher", "branch_advantages", "branch_width", "offered_actions", "try_actions"]
+
+
+def offered_actions(env: Any) -> tuple[str, ...]:
+    """The actions a text env offers (through any wrappers)."""
+    return tuple(env.get_wrapper_attr("offered_actions"))
+
+
+def branch_width(envs: Iterable[Any]) -> int:
+    """B: the most actions any of ``envs`` offers (the branch columns each env needs)."""
+    return max(len(offered_actions(env)) for env in envs)
+
+
+def try_actions(env: Any, actions: Sequence[str]) -> list[float]:
+    """The one-step reward of each action, each stepped in its own deep copy of ``env`` (left untouched)."""
+    rewards = []
+    for action in actions:
+        try:
+            twin = copy.deepcopy(env)
+        except Exception as error:  # an env holding a handle that cannot be copied
+            name = type(env.unwrapped).__name__
+            raise TypeError(
+                f"algo.branch_actions tries each action in a copy of the env; {name} cannot be copied: {error}"
+            ) from error
+        rewards.append(float(twin.step(action)[1]))
+    return rewards
+
+
+def branch_advantages(played: float, tried: Sequence[float], weight: float) -> tuple[float, list[float]]:
+    """The played turn's step term and each branch's advantage: ``weight * (reward - mean)``, the mean over
+    the played turn's reward and every branch's."""
+    mean = (played + sum(tried)) / (1 + len(tried))
+    return weight * (played - mean), [weight * (r - mean) for r in tried]
+
+
+class Brancher:
+    """Tries the offered actions from each played state and stores them as branch turns of a GroupStorage."""
+
+    def __init__(self, tokenizer: Any, num_envs: int, width: int, *, binary_reward: bool = False) -> None:
+        if tokenizer is None or tokenizer.eos_token_id is None:
+            raise ValueError("algo.branch_actions needs the actor's tokenizer (with an end-of-text token)")
+        self.tokenizer = tokenizer
+        self.num_envs, self.width = num_envs, width
+        self.binary_reward = binary_reward
+        self._ids: dict[str, list[int]] = {}
+        #: (turn, env) of each played turn -> the rewards of its branches, in action order.
+        self.tried: dict[tuple[int, int], list[float]] = {}
+
+    def column(self, n: int, b: int) -> int:
+        """The storage column of env n's branch b."""
+        return self.num_envs + n * self.width + b
+
+    def answer_ids(self, action: str) -> list[int]:
+        """The action's text as the model would answer it: its tokens, then the end-of-text token."""
+        if action not in self._ids:
+            ids = self.tokenizer.encode(action, add_special_tokens=False)
+            self._ids[action] = [*ids, self.tokenizer.eos_token_id]
+        return self._ids[action]
+
+    def branch(self, storage: GroupStorage, t: int, n: int, env: Any) -> None:
+        """Try every action env n offers from its current state (turn t) and store each as a branch turn."""
+        actions = offered_actions(env)
+        if len(actions) > self.width:
+            raise ValueError(
+                f"env {n} offers {len(actions)} actions, more than the {self.width} branch columns built for it "
+                "(the envs changed after the storage was made)"
+            )
+        rewards = try_actions(env, actions)
+        if self.binary_reward:
+            rewards = [1.0 if r > 0 else r for r in rewards]
+        for b, (action, reward) in enumerate(zip(actions, rewards, strict=True)):
+            column = self.column(n, b)
+            ids = self.answer_ids(action)
+            storage.prompts[t][column] = storage.prompts[t][n]
+            storage.put(t, column, ids, [0.0] * len(ids), reward)
+        self.tried[(t, n)] = rewards
+
+    def columns(self, envs: Iterable[int]) -> list[int]:
+        """The branch columns of ``envs``."""
+        return [self.column(n, b) for n in envs for b in range(self.width)]
+
+    def forget(self, storage: GroupStorage, n: int) -> None:
+        """Drop env n's branches (its group is played again)."""
+        for column in self.columns([n]):
+            storage.forget(column)
+        self.tried = {key: value for key, value in self.tried.items() if key[1] != n}
+
+    def clear(self) -> None:
+        self.tried.clear()
+
+    def has_signal(self, envs: Iterable[int]) -> bool:
+        """Whether any state of ``envs`` told its actions apart."""
+        chosen = set(envs)
+        return any(max(r) != min(r) for (_, n), r in self.tried.items() if n in chosen and r)
+
+    def apply(self, storage: GroupStorage, weight: float) -> dict[str, float]:
+        """Add the branch terms to the storage's turn advantages; return the branch metrics.
+
+        ``groups/branch_gain``: the played answer's reward minus the mean of its state's branches, averaged over
+        the played turns. Positive: the policy picks moves better than a uniform choice among those offered.
+        """
+        gains: list[float] = []
+        for (t, n), tried in self.tried.items():
+            if not bool(storage.active[t, n]) or not tried:
+                continue
+            played = float(storage.rewards[t, n])
+            step, advantages = branch_advantages(played, tried, weight)
+            storage.turn_advantages[t, n] += step
+            for b, advantage in enumerate(advantages):
+                storage.turn_advantages[t, self.column(n, b)] = advantage
+            gains.append(played - float(np.mean(tried)))
+        return {
+            "groups/branch_turns": float(sum(len(r) for r in self.tried.values())),
+            "groups/branch_gain": float(np.mean(gains)) if gains else 0.0,
+        }

@@ -1,0 +1,171 @@
+"""One-step branches (``algo.branch_actions``): the arithmetic by hand, copies that leave the env alone, and a
+group rollout whose branch turns carry every offered action from each played state without changing the play."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from toy_env import TOY_ID
+
+import verlog
+from verlog.models.loading import load_models
+from verlog.models.prompts import PromptBuilder
+from verlog.models.tiny import build_tiny
+from verlog.ppo.batches import make_batches
+from verlog.ppo.branching import Brancher, branch_advantages, branch_width, offered_actions, try_actions
+from verlog.ppo.config import AlgoConfig, ConfigError, load_config
+from verlog.ppo.group_rollout import GroupRollout
+from verlog.ppo.storage import GroupStorage
+from verlog.ppo.validate import validate
+from verlog.sampling import TransformersSampler
+
+GOTO_WIN = "verlog/BabaIsAI-goto_win-v0"
+LINE = ("left", "right", "wait")  # the toy line game's actions, in the order it offers them
+
+
+def test_branch_advantages_by_hand() -> None:
+    played, tried = 0.25, [0.0, 0.25, -0.25, 0.25]  # mean over the five: 0.1
+    step, advantages = branch_advantages(played, tried, weight=2.0)
+    assert step == pytest.approx(0.3)
+    assert advantages == pytest.approx([-0.2, 0.3, -0.7, 0.3])
+    assert step + sum(advantages) == pytest.approx(0.0)  # no move gains in every state
+
+
+def test_tried_actions_report_each_move_s_reward_and_leave_the_env_where_it_was() -> None:
+    env = gym.make(GOTO_WIN, shaping=0.25, offered_actions=["up", "right", "down", "left"])
+    twin = gym.make(GOTO_WIN, shaping=0.25, offered_actions=["up", "right", "down", "left"])
+    env.reset(seed=2)
+    twin.reset(seed=2)
+    actions = offered_actions(env)
+    assert actions == ("up", "right", "down", "left")
+    rewards = try_actions(env, actions)
+    expected = []
+    for action in actions:  # each move from the same state, in a fresh copy of the level
+        fresh = gym.make(GOTO_WIN, shaping=0.25, offered_actions=list(actions))
+        fresh.reset(seed=2)
+        expected.append(float(fresh.step(action)[1]))
+    assert rewards == expected
+    assert max(rewards) > min(rewards)  # the shaping reward tells the moves apart
+    assert env.step("left")[0] == twin.step("left")[0]  # the tried moves did not move the env
+    assert branch_width([env, gym.make(TOY_ID)]) == 4
+
+
+def test_an_env_that_cannot_be_copied_stops_with_its_name() -> None:
+    env = gym.make(TOY_ID)
+    env.reset(seed=0)
+    env.unwrapped.lock = threading.Lock()  # a handle deepcopy refuses, as a live process or socket would be
+    with pytest.raises(
+        TypeError, match="algo.branch_actions tries each action in a copy of the env; LineEnv cannot"
+    ):
+        try_actions(env, ["left"])
+
+
+@pytest.fixture(scope="module")
+def words_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny model whose tokens are the toy game's words, so each action's answer is a word of its own."""
+    torch.set_num_threads(1)
+    return build_tiny(
+        tmp_path_factory.mktemp("tiny-words") / "model", TOY_ID, memory="history", tokenizer="words"
+    )
+
+
+def _rollout(model_path: Path, branch: bool) -> tuple[GroupRollout, GroupStorage, Brancher | None]:
+    models = load_models(str(model_path), with_reference=False)
+    envs = verlog.make_vec(
+        TOY_ID, 2, memory="history", memory_kwargs={"turns": 1}, seed=5, size=4, max_steps=6
+    )
+    sampler = TransformersSampler(models.actor, models.tokenizer, max_new_tokens=3)
+    prompts = PromptBuilder(models.tokenizer, "action", 768)
+    algo = AlgoConfig(advantage="grpo", group_size=1, max_episode_turns=6, branch_actions=branch)
+    width = branch_width(envs.envs) if branch else 0
+    brancher = Brancher(models.tokenizer, 2, width) if branch else None
+    rollout = GroupRollout(
+        envs, sampler, prompts, algo=algo, seed=5, stride=2, env_id=TOY_ID, brancher=brancher
+    )
+    storage = GroupStorage(6, 2 * (1 + width), 3, models.tokenizer.pad_token_id, 2)
+    return rollout, storage, brancher
+
+
+def test_a_branched_batch_stores_every_offered_action_from_each_played_state(words_model_path: Path) -> None:
+    runs = {}
+    for branch in (False, True):
+        rollout, storage, brancher = _rollout(words_model_path, branch)
+        samples: list[dict] = []
+        torch.manual_seed(0)
+        metrics = rollout.collect(storage, samples=samples)
+        runs[branch] = (samples, storage, brancher, metrics)
+    (plain, _, _, _), (samples, storage, brancher, metrics) = runs[False], runs[True]
+    assert brancher is not None
+    # branching looks ahead in copies: the played episodes are the very ones played without it
+    assert [(s["turn"], s["env_index"], s["response"]) for s in samples] == [
+        (s["turn"], s["env_index"], s["response"]) for s in plain
+    ]
+    tokenizer = rollout.prompts.tokenizer
+    played = storage.active[:, :2]
+    assert metrics["groups/branch_turns"] == 3 * float(played.sum())  # left, right, wait from every state
+    won_by_a_branch = False
+    for t, n in played.nonzero().tolist():
+        columns = [brancher.column(n, b) for b in range(3)]
+        assert all(bool(storage.active[t, c]) for c in columns)
+        answers = [storage.responses[t, c, : int(storage.response_lens[t, c])].tolist() for c in columns]
+        assert answers == [
+            [*tokenizer.encode(a, add_special_tokens=False), tokenizer.eos_token_id] for a in LINE
+        ]
+        assert all(storage.prompts[t][c] == storage.prompts[t][n] for c in columns)
+        rewards = [float(storage.rewards[t, c]) for c in columns]
+        assert set(rewards) <= {0.0, 1.0}
+        won_by_a_branch |= 1.0 in rewards
+        # grpo with groups of one: the episode term is 0, so a state's advantages are the branch terms alone
+        total = float(storage.turn_advantages[t, n]) + sum(
+            float(storage.turn_advantages[t, c]) for c in columns
+        )
+        assert total == pytest.approx(0.0, abs=1e-6)
+        mean = (float(storage.rewards[t, n]) + sum(rewards)) / 4
+        assert float(storage.turn_advantages[t, columns[1]]) == pytest.approx(rewards[1] - mean, abs=1e-6)
+    assert won_by_a_branch  # some state was one step from the target: its winning move stands out
+    assert storage.turn_advantages[~storage.active].abs().sum() == 0
+    assert np.isfinite(metrics["groups/branch_gain"])
+
+
+def test_make_batches_gives_each_env_its_branch_columns(words_model_path: Path) -> None:
+    config = load_config(
+        None,
+        [
+            f"model.path={words_model_path}",
+            f"env.id={TOY_ID}",
+            "env.num_envs=2",
+            'algo.advantage="gigpo"',
+            "algo.branch_actions=true",
+        ],
+    )
+    models = load_models(str(words_model_path), with_reference=False)
+    envs = verlog.make_vec(TOY_ID, 2, memory="history", seed=0)
+    prompts = PromptBuilder(models.tokenizer, "action", 768)
+    sampler = TransformersSampler(models.actor, models.tokenizer, max_new_tokens=3)
+    config.algo.group_size = 2
+    rollout, storage = make_batches(config, envs, sampler, prompts, models.tokenizer.pad_token_id)
+    assert isinstance(rollout, GroupRollout) and rollout.brancher is not None
+    assert storage.num_envs == 2 * (1 + 3) and rollout.brancher.columns([1]) == [5, 6, 7]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["algo.branch_actions=true"], 'a critic has none (fix: algo.advantage="gigpo")'),
+        (
+            ['algo.advantage="gigpo"', "algo.branch_actions=true", "ppo.reuse_sampler_logprobs=true"],
+            "fix: ppo.reuse_sampler_logprobs=false",
+        ),
+    ],
+)
+def test_bad_branch_settings_stop_with_one_line(overrides: list[str], message: str) -> None:
+    with pytest.raises(ConfigError) as error:
+        validate(
+            load_config(None, ["model.build_tiny=true", f"env.id={TOY_ID}", "env.num_envs=4", *overrides])
+        )
+    assert message in str(error.value) and "\n" not in str(error.value)
