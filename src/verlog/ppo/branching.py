@@ -73,6 +73,8 @@ class Brancher:
         self._ids: dict[str, list[int]] = {}
         #: (turn, env) of each played turn -> the rewards of its branches, in action order.
         self.tried: dict[tuple[int, int], list[float]] = {}
+        #: (turn, env) of each played turn -> whether its answer named an offered action.
+        self.valid: dict[tuple[int, int], bool] = {}
 
     def column(self, n: int, b: int) -> int:
         """The storage column of env n's branch b."""
@@ -112,9 +114,15 @@ class Brancher:
         for column in self.columns([n]):
             storage.forget(column)
         self.tried = {key: value for key, value in self.tried.items() if key[1] != n}
+        self.valid = {key: value for key, value in self.valid.items() if key[1] != n}
 
     def clear(self) -> None:
         self.tried.clear()
+        self.valid.clear()
+
+    def record(self, t: int, n: int, valid: bool) -> None:
+        """Whether env n's played answer at turn t was valid (``info["action_valid"]``), for the metrics."""
+        self.valid[(t, n)] = valid
 
     def has_signal(self, envs: Iterable[int]) -> bool:
         """Whether any state of ``envs`` told its actions apart."""
@@ -124,10 +132,12 @@ class Brancher:
     def apply(self, storage: GroupStorage, weight: float) -> dict[str, float]:
         """Add the branch terms to the storage's turn advantages; return the branch metrics.
 
-        ``groups/branch_gain``: the played answer's reward minus the mean of its state's branches, averaged over
-        the played turns. Positive: the policy picks moves better than a uniform choice among those offered.
+        Over the played turns with a valid answer: ``groups/branch_gain``, the played move's reward minus the mean
+        of its state's branches (above 0: better than a uniform choice among the offered moves), and
+        ``groups/branch_best_share``, how often it earned as much as the state's best branch.
         """
         gains: list[float] = []
+        best: list[bool] = []
         for (t, n), tried in self.tried.items():
             if not bool(storage.active[t, n]) or not tried:
                 continue
@@ -136,8 +146,11 @@ class Brancher:
             storage.turn_advantages[t, n] += step
             for b, advantage in enumerate(advantages):
                 storage.turn_advantages[t, self.column(n, b)] = advantage
-            gains.append(played - float(np.mean(tried)))
+            if self.valid.get((t, n), False):
+                gains.append(played - float(np.mean(tried)))
+                best.append(played >= max(tried) - 1e-6)
         return {
             "groups/branch_turns": float(sum(len(r) for r in self.tried.values())),
             "groups/branch_gain": float(np.mean(gains)) if gains else 0.0,
+            "groups/branch_best_share": float(np.mean(best)) if best else 0.0,
         }

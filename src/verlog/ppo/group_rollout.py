@@ -209,6 +209,8 @@ class GroupRollout(Rollout):
                 obs, reward, term, trunc, info = subenvs[n].step(out.texts[j])
                 clock["time/env"] += time.perf_counter() - start
                 tally["invalid"] += not bool(info["action_valid"])
+                if self.brancher is not None:
+                    self.brancher.record(t, n, bool(info["action_valid"]))
                 tally["reward"] += float(reward)
                 tally["turns"] += 1
                 family = family_of(self.env_id, info)
