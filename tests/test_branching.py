@@ -30,10 +30,11 @@ LINE = ("left", "right", "wait")  # the toy line game's actions, in the order it
 
 def test_branch_advantages_by_hand() -> None:
     played, tried = 0.25, [0.0, 0.25, -0.25, 0.25]  # mean over the five: 0.1
-    step, advantages = branch_advantages(played, tried, weight=2.0)
-    assert step == pytest.approx(0.3)
+    advantages = branch_advantages(played, tried, weight=2.0)
     assert advantages == pytest.approx([-0.2, 0.3, -0.7, 0.3])
-    assert step + sum(advantages) == pytest.approx(0.0)  # no move gains in every state
+    assert sum(advantages) == pytest.approx(-2.0 * (played - 0.1))  # with the played move's share: zero
+    invalid = branch_advantages(-0.3, tried, weight=1.0)  # mean 0.05 - 0.06 = -0.01: every move lifted
+    assert invalid == pytest.approx([0.01, 0.26, -0.24, 0.26])
 
 
 def test_tried_actions_report_each_move_s_reward_and_leave_the_env_where_it_was() -> None:
@@ -120,13 +121,11 @@ def test_a_branched_batch_stores_every_offered_action_from_each_played_state(wor
         rewards = [float(storage.rewards[t, c]) for c in columns]
         assert set(rewards) <= {0.0, 1.0}
         won_by_a_branch |= 1.0 in rewards
-        # grpo with groups of one: the episode term is 0, so a state's advantages are the branch terms alone
-        total = float(storage.turn_advantages[t, n]) + sum(
-            float(storage.turn_advantages[t, c]) for c in columns
-        )
-        assert total == pytest.approx(0.0, abs=1e-6)
+        # grpo with groups of one: the played turn keeps its episode term, 0; the branches carry the comparison
+        assert float(storage.turn_advantages[t, n]) == 0.0
         mean = (float(storage.rewards[t, n]) + sum(rewards)) / 4
-        assert float(storage.turn_advantages[t, columns[1]]) == pytest.approx(rewards[1] - mean, abs=1e-6)
+        for c, reward in zip(columns, rewards, strict=True):
+            assert float(storage.turn_advantages[t, c]) == pytest.approx(reward - mean, abs=1e-6)
     assert won_by_a_branch  # some state was one step from the target: its winning move stands out
     assert storage.turn_advantages[~storage.active].abs().sum() == 0
     # the aim metrics count the valid played answers only

@@ -6,9 +6,11 @@ favourite long before the state's comparison moves it (what every BabaIsAI attem
 before a played turn's answer goes to its env, each offered action (``offered_actions``, what
 ``info["valid_actions"]`` lists) is stepped once in a deep copy of that env. Every branch is stored as a turn of
 its own (the same prompt, the action's text as the answer) with the advantage ``w * (r - mean)``, where r is
-its one-step reward and the mean is taken over the state's branches and the played turn; the played turn gets
-the same term on top of its group advantage. Within a state the branch advantages sum to zero, so no move gains
-everywhere: only what the observation says can tell the moves apart. This is the "all-action" policy gradient
+its one-step reward and the mean is taken over the state's branches and the played turn. The played turn keeps
+its group advantage alone: a valid answer is already one of the branches, and an invalid one (often the longest
+text in the batch) would spend the optimiser's step on garbage tokens, where its penalty, through the mean, lifts
+every offered move of its state together instead. Where the played answer was valid the branch advantages sum to
+zero, so no move gains everywhere: only what the observation says can tell the moves apart. This is the "all-action" policy gradient
 (each action weighted by what it earned, not by the luck of being sampled), made of one-step rollouts like TRPO's
 vine; it needs envs that can be deep-copied and a reward that tells a single step apart (a shaping reward).
 
@@ -54,11 +56,11 @@ def try_actions(env: Any, actions: Sequence[str]) -> list[float]:
     return rewards
 
 
-def branch_advantages(played: float, tried: Sequence[float], weight: float) -> tuple[float, list[float]]:
-    """The played turn's step term and each branch's advantage: ``weight * (reward - mean)``, the mean over
-    the played turn's reward and every branch's."""
+def branch_advantages(played: float, tried: Sequence[float], weight: float) -> list[float]:
+    """Each branch's advantage: ``weight * (reward - mean)``, the mean over the played turn's reward and every
+    branch's (an invalid played answer's penalty lowers the mean, so it lifts every offered move)."""
     mean = (played + sum(tried)) / (1 + len(tried))
-    return weight * (played - mean), [weight * (r - mean) for r in tried]
+    return [weight * (r - mean) for r in tried]
 
 
 class Brancher:
@@ -130,7 +132,7 @@ class Brancher:
         return any(max(r) != min(r) for (_, n), r in self.tried.items() if n in chosen and r)
 
     def apply(self, storage: GroupStorage, weight: float) -> dict[str, float]:
-        """Add the branch terms to the storage's turn advantages; return the branch metrics.
+        """Set the branch turns' advantages in the storage; return the branch metrics.
 
         Over the played turns with a valid answer: ``groups/branch_gain``, the played move's reward minus the mean
         of its state's branches (above 0: better than a uniform choice among the offered moves), and
@@ -142,9 +144,7 @@ class Brancher:
             if not bool(storage.active[t, n]) or not tried:
                 continue
             played = float(storage.rewards[t, n])
-            step, advantages = branch_advantages(played, tried, weight)
-            storage.turn_advantages[t, n] += step
-            for b, advantage in enumerate(advantages):
+            for b, advantage in enumerate(branch_advantages(played, tried, weight)):
                 storage.turn_advantages[t, self.column(n, b)] = advantage
             if self.valid.get((t, n), False):
                 gains.append(played - float(np.mean(tried)))
