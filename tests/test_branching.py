@@ -29,12 +29,12 @@ LINE = ("left", "right", "wait")  # the toy line game's actions, in the order it
 
 
 def test_branch_advantages_by_hand() -> None:
-    played, tried = 0.25, [0.0, 0.25, -0.25, 0.25]  # mean over the five: 0.1
-    advantages = branch_advantages(played, tried, weight=2.0)
-    assert advantages == pytest.approx([-0.2, 0.3, -0.7, 0.3])
-    assert sum(advantages) == pytest.approx(-2.0 * (played - 0.1))  # with the played move's share: zero
-    invalid = branch_advantages(-0.3, tried, weight=1.0)  # mean 0.05 - 0.06 = -0.01: every move lifted
-    assert invalid == pytest.approx([0.01, 0.26, -0.24, 0.26])
+    tried = [0.0, 0.25, -0.25, 0.25]  # mean 0.0625
+    advantages = branch_advantages(tried, weight=2.0)
+    assert advantages == pytest.approx([-0.125, 0.375, -0.625, 0.375])
+    assert sum(advantages) == pytest.approx(0.0)  # no move gains in every state
+    lifted = branch_advantages(tried, weight=1.0, invalid=-0.3)  # an invalid answer: mean -0.01
+    assert lifted == pytest.approx([0.01, 0.26, -0.24, 0.26])  # every offered move gains 0.0725 more
 
 
 def test_tried_actions_report_each_move_s_reward_and_leave_the_env_where_it_was() -> None:
@@ -114,16 +114,15 @@ def test_a_branched_batch_stores_every_offered_action_from_each_played_state(wor
         columns = [brancher.column(n, b) for b in range(3)]
         assert all(bool(storage.active[t, c]) for c in columns)
         answers = [storage.responses[t, c, : int(storage.response_lens[t, c])].tolist() for c in columns]
-        assert answers == [
-            [*tokenizer.encode(a, add_special_tokens=False), tokenizer.eos_token_id] for a in LINE
-        ]
+        assert answers == [tokenizer.encode(a, add_special_tokens=False) for a in LINE]  # no end token
         assert all(storage.prompts[t][c] == storage.prompts[t][n] for c in columns)
         rewards = [float(storage.rewards[t, c]) for c in columns]
         assert set(rewards) <= {0.0, 1.0}
         won_by_a_branch |= 1.0 in rewards
         # grpo with groups of one: the played turn keeps its episode term, 0; the branches carry the comparison
         assert float(storage.turn_advantages[t, n]) == 0.0
-        mean = (float(storage.rewards[t, n]) + sum(rewards)) / 4
+        valid = next(s["action_valid"] for s in samples if (s["turn"], s["env_index"]) == (t, n))
+        mean = np.mean(rewards if valid else [*rewards, float(storage.rewards[t, n])])
         for c, reward in zip(columns, rewards, strict=True):
             assert float(storage.turn_advantages[t, c]) == pytest.approx(reward - mean, abs=1e-6)
     assert won_by_a_branch  # some state was one step from the target: its winning move stands out

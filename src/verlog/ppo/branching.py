@@ -6,11 +6,13 @@ favourite long before the state's comparison moves it (what every BabaIsAI attem
 before a played turn's answer goes to its env, each offered action (``offered_actions``, what
 ``info["valid_actions"]`` lists) is stepped once in a deep copy of that env. Every branch is stored as a turn of
 its own (the same prompt, the action's text as the answer) with the advantage ``w * (r - mean)``, where r is
-its one-step reward and the mean is taken over the state's branches and the played turn. The played turn keeps
-its group advantage alone: a valid answer is already one of the branches, and an invalid one (often the longest
-text in the batch) would spend the optimiser's step on garbage tokens, where its penalty, through the mean, lifts
-every offered move of its state together instead. Where the played answer was valid the branch advantages sum to
-zero, so no move gains everywhere: only what the observation says can tell the moves apart. This is the "all-action" policy gradient
+its one-step reward and the mean is taken over the state's branches, and over the played answer too when that
+was invalid. The played turn keeps its group advantage alone: a valid answer is already one of the branches, and
+an invalid one (often the longest text in the batch) would spend the optimiser's steps on garbage tokens; its
+penalty, through the mean, lifts every offered move of its state together instead. Otherwise a state's branch
+advantages sum to zero, so no move gains everywhere: only what the observation says can tell the moves apart.
+A branch's answer is the action's tokens without the end-of-text token: a bad move's negative advantage on
+that token would teach the model to keep talking after the move, i.e. to answer invalidly. This is the "all-action" policy gradient
 (each action weighted by what it earned, not by the luck of being sampled), made of one-step rollouts like TRPO's
 vine; it needs envs that can be deep-copied and a reward that tells a single step apart (a shaping reward).
 
@@ -56,10 +58,11 @@ def try_actions(env: Any, actions: Sequence[str]) -> list[float]:
     return rewards
 
 
-def branch_advantages(played: float, tried: Sequence[float], weight: float) -> list[float]:
-    """Each branch's advantage: ``weight * (reward - mean)``, the mean over the played turn's reward and every
-    branch's (an invalid played answer's penalty lowers the mean, so it lifts every offered move)."""
-    mean = (played + sum(tried)) / (1 + len(tried))
+def branch_advantages(tried: Sequence[float], weight: float, invalid: float | None = None) -> list[float]:
+    """Each branch's advantage: ``weight * (reward - mean)``, the mean over the branches' rewards and, when the
+    played answer was invalid, its reward ``invalid`` too (its penalty lowers the mean: every offered move gains)."""
+    rewards = [*tried] if invalid is None else [*tried, invalid]
+    mean = sum(rewards) / len(rewards)
     return [weight * (r - mean) for r in tried]
 
 
@@ -67,8 +70,10 @@ class Brancher:
     """Tries the offered actions from each played state and stores them as branch turns of a GroupStorage."""
 
     def __init__(self, tokenizer: Any, num_envs: int, width: int, *, binary_reward: bool = False) -> None:
-        if tokenizer is None or tokenizer.eos_token_id is None:
-            raise ValueError("algo.branch_actions needs the actor's tokenizer (with an end-of-text token)")
+        if tokenizer is None:
+            raise ValueError(
+                "algo.branch_actions needs the actor's tokenizer, to write each action as an answer"
+            )
         self.tokenizer = tokenizer
         self.num_envs, self.width = num_envs, width
         self.binary_reward = binary_reward
@@ -83,10 +88,9 @@ class Brancher:
         return self.num_envs + n * self.width + b
 
     def answer_ids(self, action: str) -> list[int]:
-        """The action's text as the model would answer it: its tokens, then the end-of-text token."""
+        """The action's text as the model would answer it, without the end-of-text token (not trained)."""
         if action not in self._ids:
-            ids = self.tokenizer.encode(action, add_special_tokens=False)
-            self._ids[action] = [*ids, self.tokenizer.eos_token_id]
+            self._ids[action] = list(self.tokenizer.encode(action, add_special_tokens=False))
         return self._ids[action]
 
     def branch(self, storage: GroupStorage, t: int, n: int, env: Any) -> None:
@@ -143,10 +147,10 @@ class Brancher:
         for (t, n), tried in self.tried.items():
             if not bool(storage.active[t, n]) or not tried:
                 continue
-            played = float(storage.rewards[t, n])
-            for b, advantage in enumerate(branch_advantages(played, tried, weight)):
+            played, valid = float(storage.rewards[t, n]), self.valid.get((t, n), False)
+            for b, advantage in enumerate(branch_advantages(tried, weight, None if valid else played)):
                 storage.turn_advantages[t, self.column(n, b)] = advantage
-            if self.valid.get((t, n), False):
+            if valid:
                 gains.append(played - float(np.mean(tried)))
                 best.append(played >= max(tried) - 1e-6)
         return {

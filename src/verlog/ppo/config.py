@@ -295,7 +295,7 @@ class AlgoConfig:
     center_actions: bool = False
     """grpo/gigpo/rloo: subtract each action's mean advantage over the batch from its turns (info["executed_action"]; invalid answers keep theirs), so no action gains everywhere for faring well on average: only the state it was chosen in decides."""
     branch_actions: bool = False
-    """grpo/gigpo/rloo: from every state played, also try each offered action once in a deep copy of the env and train on those one-step branches, each with advantage step_weight * (its reward - the mean over the state's branches and the played turn); the played turn keeps its group advantage alone. Needs copyable envs, a reward that tells one step apart (a shaping reward) and ppo.reuse_sampler_logprobs = false."""
+    """grpo/gigpo/rloo: from every state played, also try each offered action once in a deep copy of the env and train on those one-step branches, each with advantage step_weight * (its reward - the mean over the state's branches, and the played answer if it was invalid); the played turn keeps its group advantage alone. Needs copyable envs, a reward that tells one step apart (a shaping reward) and ppo.reuse_sampler_logprobs = false."""
 
     @property
     def critic(self) -> bool:
