@@ -93,14 +93,16 @@ def learn_goto(session: nox.Session) -> None:
 
 @nox.session
 def learn_babaisai(session: nox.Session) -> None:
-    """SmolLM2 on BabaIsAI's goto_win families (CPU; -- --seed N); non-zero unless it learned."""
+    """SmolLM2 on BabaIsAI's goto_win with one-step branches (CPU; -- --seed N); non-zero unless it learned."""
     session.run(
         "python",
         "benchmarks/learn_real.py",
         "--config",
-        "envs/learn_babaisai.toml",
+        "envs/learn_babaisai_branch.toml",
         "--judge",
         "best",
+        "--episodes",
+        "64",
         *session.posargs,
     )
 
