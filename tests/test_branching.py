@@ -159,6 +159,14 @@ def test_make_batches_gives_each_env_its_branch_columns(words_model_path: Path) 
     rollout, storage = make_batches(config, envs, sampler, prompts, models.tokenizer.pad_token_id)
     assert isinstance(rollout, GroupRollout) and rollout.brancher is not None
     assert storage.num_envs == 2 * (1 + 3) and rollout.brancher.columns([1]) == [5, 6, 7]
+    # the sampler-vs-learner gap is measured on sampled answers only: a branch was never sampled
+    storage.response_mask[0, :, 0] = 1.0
+    storage.old_logprobs[0, :, 0] = -1.0
+    storage.sampler_logprobs[0, :2, 0] = -1.5  # the branches' stay 0, a gap of 1 nat if they were counted
+    gap = storage.score_metrics(values=False, old_logprobs=True, reference=False)[
+        "charts/sampler_logprob_gap"
+    ]
+    assert gap == pytest.approx(0.5)
 
 
 @pytest.mark.parametrize(

@@ -63,4 +63,5 @@ def make_batches(
         pad_id,
         config.ppo.num_minibatches,
     )
+    group_storage.sampled_columns = env.num_envs
     return group_rollout, group_storage

@@ -12,9 +12,9 @@ an invalid one (often the longest text in the batch) would spend the optimiser's
 penalty, through the mean, lifts every offered move of its state together instead. Otherwise a state's branch
 advantages sum to zero, so no move gains everywhere: only what the observation says can tell the moves apart.
 A branch's answer is the action's tokens without the end-of-text token: a bad move's negative advantage on
-that token would teach the model to keep talking after the move, i.e. to answer invalidly. This is the "all-action" policy gradient
-(each action weighted by what it earned, not by the luck of being sampled), made of one-step rollouts like TRPO's
-vine; it needs envs that can be deep-copied and a reward that tells a single step apart (a shaping reward).
+that token would teach the model to keep talking after the move, i.e. to answer invalidly. This is the
+"all-action" policy gradient (each action weighted by what it earned, not by the luck of being sampled), made of
+one-step rollouts like TRPO's vine; it needs envs that can be deep-copied and a reward that tells a single step apart (a shaping reward).
 
 Branch turns sit in the storage's columns ``N + n * B + b`` (env n, action b, B = the most actions any env
 offers); their log-probs were never sampled, so the actor scores them (``ppo.reuse_sampler_logprobs = false``).

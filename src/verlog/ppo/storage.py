@@ -94,6 +94,8 @@ class TurnStorage:
     def __init__(self, num_turns: int, num_envs: int, max_response_tokens: int, pad_id: int) -> None:
         T, N, R = num_turns, num_envs, max_response_tokens
         self.num_turns, self.num_envs, self.max_response_tokens, self.pad_id = T, N, R, pad_id
+        #: The columns whose answers the sampler gave (the rest, if any, are one-step branches it never sampled).
+        self.sampled_columns = N
         self.prompts: list[list[list[int]]] = [[[] for _ in range(N)] for _ in range(T + 1)]
         # Prompts of the final observations of episodes cut by a time limit, keyed by (turn, env).
         self.final_prompts: dict[tuple[int, int], list[int]] = {}
@@ -217,8 +219,9 @@ class TurnStorage:
         if values:
             metrics["charts/value"] = float(self.values[:-1].mean())
         if old_logprobs:
-            gap = (self.sampler_logprobs - self.old_logprobs).abs() * mask
-            metrics["charts/sampler_logprob_gap"] = float(gap.sum() / tokens)
+            S = self.sampled_columns
+            gap = (self.sampler_logprobs[:, :S] - self.old_logprobs[:, :S]).abs() * mask[:, :S]
+            metrics["charts/sampler_logprob_gap"] = float(gap.sum() / mask[:, :S].sum().clamp(min=1))
         if reference:
             kl = (self.old_logprobs - self.ref_logprobs) * mask
             metrics["charts/kl_to_reference"] = float(kl.sum() / tokens)
