@@ -52,3 +52,25 @@ def test_a_tokenizer_transformers_rebuilds_is_refused(tmp_path: Path) -> None:
 def test_an_unknown_tiny_tokenizer_is_named(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="tiny tokenizer must be one of .*'chars'"):
         build_tiny(tmp_path / "m", GOTO, tokenizer="chars")
+
+
+def test_action_words_make_every_crafter_action_one_token(tmp_path: Path) -> None:
+    """With one-token answers, every Crafter action (``Place Table``, ``Make Wood Pickaxe``) must be one token,
+    and decoding that token must give the action the env parses; the short prompt has no unknown word."""
+    path = build_tiny(
+        tmp_path / "m",
+        "verlog/Crafter-v0",
+        {"max_steps": 20},
+        memory="none",
+        tokenizer="action-words",
+        hidden_size=16,
+    )
+    tok = load_tokenizer(str(path))
+    env = gym.make("verlog/Crafter-v0", max_steps=20)
+    observation, info = env.reset(seed=12345)
+    for action in info["valid_actions"]:
+        ids = tok(action, add_special_tokens=False)["input_ids"]
+        assert len(ids) == 1 and tok.decode(ids) == action, action
+        assert env.unwrapped.parse(tok.decode(ids)).valid
+    ids = PromptBuilder(tok, "action", 512, style="short").from_info(observation, info)
+    assert tok.unk_token_id not in ids

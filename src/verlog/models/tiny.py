@@ -13,25 +13,26 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from verlog.models.prompts import FORMAT_REQUESTS
+from verlog.models.prompts import FORMAT_REQUESTS, SHORT_SYSTEM
 
 __all__ = [
     "CHAT_TEMPLATE",
     "TINY_TOKENIZERS",
     "bpe_tokenizer",
     "build_tiny",
+    "first_info",
     "env_text",
     "word_tokenizer",
 ]
 
 #: The tokenizers :func:`build_tiny` can train.
-TINY_TOKENIZERS = ("bpe", "words")
+TINY_TOKENIZERS = ("bpe", "words", "action-words")
 
 #: A Qwen-style chat template (system, user and assistant turns between <|im_start|> and <|im_end|>).
 CHAT_TEMPLATE = (
@@ -97,8 +98,10 @@ def build_tiny(
 ) -> Path:
     """Build the tokenizer and model into ``path`` (written in a temporary folder, then moved in place).
 
-    ``tokenizer`` is ``"bpe"`` (byte-level, ``vocab_size`` tokens, any text) or ``"words"`` (one token per word
-    of the game, unknown words become ``[UNK]``; see :func:`word_tokenizer`).
+    ``tokenizer`` is ``"bpe"`` (byte-level, ``vocab_size`` tokens, any text), ``"words"`` (one token per word
+    of the game, unknown words become ``[UNK]``; see :func:`word_tokenizer`) or ``"action-words"`` (the same, and
+    each action name of the game is one token too, so a one-token answer can name any action: Crafter's
+    ``Place Table`` or ``Make Wood Pickaxe`` as well as ``Do``; the short prompt style's own words are in it).
     """
     import torch
 
@@ -112,7 +115,15 @@ def build_tiny(
         texts = env_text(
             env_id, env_kwargs, memory=memory, memory_kwargs=memory_kwargs, episodes=64, seed=seed
         )
-        tok, architecture = word_tokenizer(list(texts)), "qwen3"
+        texts = list(texts)
+        actions: tuple[str, ...] = ()
+        if (
+            tokenizer == "action-words"
+        ):  # also every word the short prompt style writes around the game's text
+            info = first_info(env_id, env_kwargs)
+            actions = tuple(str(a) for a in info["valid_actions"])
+            texts += [*SHORT_SYSTEM.values(), "Goal: Observation: Actions:", str(info.get("goal", ""))]
+        tok, architecture = word_tokenizer(texts, actions), "qwen3"
     config = _model_config(architecture, tok, hidden_size, num_layers, num_heads)
 
     from transformers import AutoModelForCausalLM
@@ -175,7 +186,20 @@ def bpe_tokenizer(texts: list[str], vocab_size: int) -> Any:
     return tokenizer
 
 
-def word_tokenizer(texts: list[str]) -> Any:
+def first_info(env_id: str, env_kwargs: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """``env_id``'s info after its first reset (its actions, goal and instruction)."""
+    import gymnasium as gym
+
+    import verlog  # noqa: F401  (registers the verlog/... ids)
+
+    env = gym.make(env_id, **dict(env_kwargs or {}))
+    try:
+        return dict(env.reset(seed=0)[1])
+    finally:
+        env.close()
+
+
+def word_tokenizer(texts: list[str], actions: Sequence[str] = ()) -> Any:
     """One token per word (and per run of punctuation) of ``texts``, most frequent first; others are [UNK].
 
     Why: a random model answers with a uniformly drawn token. The byte-level BPE holds 512 tokens, 256 of
@@ -183,10 +207,13 @@ def word_tokenizer(texts: list[str]) -> Any:
     else, so with one-token answers a move is several times as likely at the start and prompts are shorter.
     It is saved as a plain ``tokenizer.json`` that ``AutoTokenizer`` loads as it is, which is why its model
     is a Qwen3: transformers rebuilds the tokenizer of every ``qwen2`` model as a byte-level BPE.
+
+    ``actions`` of more than one word become single tokens as well (added tokens, matched before the text is
+    split into words), in the prompt as in the answer.
     """
     import collections
 
-    from tokenizers import Tokenizer, models, pre_tokenizers
+    from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
     split = pre_tokenizers.Whitespace()
@@ -203,6 +230,9 @@ def word_tokenizer(texts: list[str]) -> Any:
         unk_token="[UNK]",
         additional_special_tokens=["<|im_start|>"],
     )
+    multi_word = [a for a in actions if len(split.pre_tokenize_str(a)) > 1]
+    if multi_word:
+        tokenizer.add_tokens([AddedToken(a, single_word=True, normalized=False) for a in multi_word])
     tokenizer.chat_template = CHAT_TEMPLATE
     return tokenizer
 
