@@ -97,6 +97,26 @@ def test_returns_bootstrap_truncations_and_stop_at_terminations() -> None:
     )
 
 
+def test_without_window_bootstrap_a_running_episode_is_cut_at_the_batch_end() -> None:
+    """The ablation's cut: the value after the last turn counts as 0 for a running episode; earlier turns, a
+    termination and a time-limit truncation inside the batch are as with the bootstrap."""
+    storage = TurnStorage(num_turns=2, num_envs=2, max_response_tokens=1, pad_id=PAD)
+    storage.reset_first([[1]] * 2)
+    # env 0 runs on past the batch; env 1 is truncated at turn 1 (final obs valued 8).
+    storage.insert([[1]] * 2, [[5]] * 2, [[0.0]] * 2, [1.0, 1.0], [0, 0], [0, 0])
+    storage.insert([[1]] * 2, [[5]] * 2, [[0.0]] * 2, [2.0, 2.0], [0, 0], [0, 1], {1: [7]})
+    storage.values[2] = 10.0
+    storage.truncated_values[1, 1] = 8.0
+    storage.compute_returns(
+        turn_gamma=0.5, turn_lam=1.0, token_gamma=1.0, token_lam=1.0, window_bootstrap=False
+    )
+    ret = storage.returns[:, :, 0]
+    assert ret[1].tolist() == pytest.approx([2.0, 2 + 0.5 * 8])  # cut at the edge; truncation still valued
+    assert ret[0].tolist() == pytest.approx([1 + 0.5 * 2.0, 1 + 0.5 * (2 + 0.5 * 8)])
+    storage.compute_returns(turn_gamma=0.5, turn_lam=1.0, token_gamma=1.0, token_lam=1.0)
+    assert storage.returns[1, 0, 0].item() == pytest.approx(2 + 0.5 * 10)  # the default bootstraps
+
+
 def test_kl_penalty_enters_the_returns() -> None:
     storage = TurnStorage(1, 1, max_response_tokens=3, pad_id=PAD)
     storage.reset_first([[1]])

@@ -169,6 +169,16 @@ def test_a_crash_mid_checkpoint_leaves_the_previous_one(tmp_path: Path, model_pa
     assert names == ["000001", "000002"]
 
 
+def test_a_turn_budget_stops_the_run_and_memory_is_logged(tmp_path: Path, model_path: Path) -> None:
+    """run.total_turns: 2 envs x 3 turns an update, so 13 turns take three updates whatever total_updates says;
+    every update logs the process's resident memory."""
+    trainer = Trainer(_config(tmp_path, model_path, "run.total_updates=50", "run.total_turns=13"))
+    trainer.train()
+    assert trainer.update == 3 and trainer.global_step == 18
+    rss = [r["sys/rss_mb"] for r in _records(trainer.run_dir) if r.get("update")]
+    assert len(rss) == 3 and all(50 < mb < 100_000 for mb in rss)
+
+
 def test_critic_pretraining_moves_the_critic_only(tmp_path: Path, model_path: Path) -> None:
     trainer = Trainer(
         _config(
@@ -236,6 +246,8 @@ def test_a_crafter_rollout_unbatches_nested_infos(model_path: Path) -> None:
     envs.close()
     assert metrics["charts/episodes"] == 2  # max_steps=2 over 3 turns: each env finished one episode
     assert storage.final_prompts and (storage.bad_masks == 0).any()
+    # both were cut by the step limit (counted), and both play on past the batch end (bootstrapped)
+    assert metrics["charts/episodes_truncated"] == 2 and metrics["charts/episodes_running"] == 2
 
 
 def test_metrics_from_several_processes_weigh_episodes_by_count() -> None:

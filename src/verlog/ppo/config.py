@@ -47,6 +47,8 @@ class RunConfig:
     """Seed of envs (``seed + rank * num_envs``), torch and sampling."""
     total_updates: int = 300
     """Number of PPO updates (each one is turns_per_update turns from every env)."""
+    total_turns: int = 0
+    """Also stop after the update that brings the turns played (critic pre-training's included) to this many (0 = no limit): one budget for methods whose updates differ in size."""
     max_minutes: float = 0.0
     """Also stop (and checkpoint) before an update would end past this many minutes of training (0 = no limit)."""
     checkpoint_every: int = 10
@@ -153,8 +155,8 @@ class ModelConfig:
     """Build into ``path`` on first use: "tiny", or a registry model like "smollm2-135m-instruct" (path defaults to runs/models/<name>)."""
     build_tiny: bool = False
     """Shorthand for build = "tiny"."""
-    tiny_tokenizer: Literal["bpe", "words"] = "bpe"
-    """The tiny model's tokenizer: byte-level BPE (any text), or one token per word of the game."""
+    tiny_tokenizer: Literal["bpe", "words", "action-words"] = "bpe"
+    """The tiny model's tokenizer: byte-level BPE (any text), one token per word of the game, or that and one token per action name."""
     lora_r: int = 0
     """LoRA rank of the actor (0 = full fine-tuning); with LoRA the reference is the base, adapters off."""
     lora_alpha: float = 32.0
@@ -251,6 +253,8 @@ class PPOConfig:
     """Take the sampler's log-probs as the old ones, skipping the actor's scoring pass: exact with the transformers sampler; vLLM's differ by its kernels (1e-6 per token in float32 on the CPU; see charts/sampler_logprob_gap with this off)."""
     kl_coef: float = 1e-3
     """Per-token KL penalty to the frozen reference, in the reward (0 = no reference model)."""
+    window_bootstrap: bool = True
+    """Bootstrap an episode still running at the batch end with the critic's value of its next state (False: that value is taken as 0, as a trainer that treats a batch end as an episode end; for ablations)."""
     critic_warmup_batches: int = 0
     """Critic pre-training: batches of T turns per env collected once before the actor moves (W; 0 = off)."""
     critic_warmup_iters: int = 0

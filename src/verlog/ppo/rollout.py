@@ -68,6 +68,7 @@ class Rollout:
         cuts_before = self.prompts.cuts
         rewards_total = 0.0
         capped = 0  # answers that ran to the token cap
+        cut_by_limit = 0  # episodes truncated by the env's step limit (bootstrapped with V(final_obs))
         for t in range(storage.num_turns):
             start = time.perf_counter()
             samples_out = self.sampler.generate(storage.prompts[t])
@@ -101,6 +102,7 @@ class Rollout:
                     self.episode_length[n] = 0
                 if truncated[n] and not terminated[n]:
                     final_prompts[n] = self.prompts.from_info(infos["final_obs"][n], info)
+                    cut_by_limit += 1
             next_prompts = self.first_prompts(observations, infos)
             rewards_total += float(rewards.sum())
             if self.binary_reward:
@@ -127,6 +129,9 @@ class Rollout:
         metrics["env/reward"] = rewards_total / turns
         metrics["env/invalid_action_rate"] = invalid / turns
         metrics["env/prompt_cuts"] = float(self.prompts.cuts - cuts_before)
+        metrics["charts/episodes_truncated"] = float(cut_by_limit)
+        # Episodes still running at the batch end: bootstrapped with the critic, continued next update.
+        metrics["charts/episodes_running"] = float(np.count_nonzero(self.episode_length))
         return metrics
 
     def _sample(

@@ -184,13 +184,18 @@ class TurnStorage:
         token_lam: float,
         kl_coef: float = 0.0,
         all_reduce: Callable[[Tensor], Tensor] | None = None,
+        window_bootstrap: bool = True,
     ) -> None:
         """Dual-discount GAE over the batch; returns are the critic targets, advantages are whitened.
 
         ``values``, ``token_values``, ``truncated_values``, ``old_logprobs`` (and ``ref_logprobs`` when
-        ``kl_coef > 0``) must be scored first.
+        ``kl_coef > 0``) must be scored first. ``window_bootstrap=False`` takes the value after the batch's last
+        turn as 0 for an episode still running there (the cut that ablations compare against).
         """
         next_values = self.masks[1:] * self.values[1:] + (1.0 - self.bad_masks[1:]) * self.truncated_values
+        if not window_bootstrap:
+            next_values = next_values.clone()
+            next_values[-1] -= self.masks[-1] * self.values[-1]
         token_rewards = None
         if kl_coef > 0:
             token_rewards = -kl_coef * (self.old_logprobs - self.ref_logprobs) * self.response_mask
@@ -366,9 +371,11 @@ class GroupStorage(TurnStorage):
         token_lam: float = 1.0,
         kl_coef: float = 0.0,
         all_reduce: Callable[[Tensor], Tensor] | None = None,
+        window_bootstrap: bool = True,
     ) -> None:
         """Advantages: the turn's group advantage on each response token (+ the KL penalty's return to the
-        response's end, discounted by ``token_gamma``). No critic, so no returns to fit (left at 0)."""
+        response's end, discounted by ``token_gamma``). No critic, so no returns to fit (left at 0); episodes are
+        whole, so there is no window edge and ``window_bootstrap`` changes nothing."""
         advantages = self.turn_advantages[:, :, None] * self.response_mask
         if kl_coef > 0:
             penalty = -kl_coef * (self.old_logprobs - self.ref_logprobs) * self.response_mask

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil  # accelerate's dependency
 import torch
 
 from verlog.models.loading import LoraSpec, load_tokenizer
@@ -218,7 +219,8 @@ class Trainer(TrainerCheckpoints):
 
     # ------------------------------------------------------------------ the loop
     def train(self) -> None:
-        """Run updates until ``run.total_updates``, with critic pre-training first on a fresh run."""
+        """Run updates until ``run.total_updates`` (or ``run.total_turns``, ``run.max_minutes``), with critic
+        pre-training first on a fresh run."""
         run = self.config.run
         try:
             if not self.warmed_up:
@@ -232,7 +234,11 @@ class Trainer(TrainerCheckpoints):
             while self.update < run.total_updates:
                 metrics = self.train_update()
                 self._next_stage(metrics)
-                last = self.update == run.total_updates or self._out_of_time(started, metrics["time/total"])
+                last = (
+                    self.update == run.total_updates
+                    or 0 < run.total_turns <= self.global_step
+                    or self._out_of_time(started, metrics["time/total"])
+                )
                 if run.eval_every and (last or self.update % run.eval_every == 0):
                     metrics.update(self._panel())
                 reason = self._collapse(metrics)
@@ -335,6 +341,7 @@ class Trainer(TrainerCheckpoints):
             token_lam=ppo.token_lam,
             kl_coef=ppo.kl_coef,
             all_reduce=self._all_reduce,
+            window_bootstrap=ppo.window_bootstrap,
         )
         clock = time.perf_counter()
         metrics.update(self._ppo(self.storage, train_actor=True))
@@ -351,6 +358,8 @@ class Trainer(TrainerCheckpoints):
         metrics["charts/turns_per_s"] = batch / elapsed
         metrics["charts/tokens_per_s"] = metrics["charts/generated_tokens"] / elapsed
         metrics["charts/temperature"] = cfg.sampling.temperature
+        # Resident memory: a long run's should stay flat (histories, storage, resets and logging must not grow).
+        metrics["sys/rss_mb"] = psutil.Process().memory_info().rss / 2**20
         return self._mean_over_processes(metrics, self.rollout.episode_counts)
 
     def warmup_critic(self) -> None:
@@ -379,6 +388,7 @@ class Trainer(TrainerCheckpoints):
                 turn_lam=ppo.turn_lam,
                 token_gamma=ppo.token_gamma,
                 token_lam=ppo.token_lam,
+                window_bootstrap=ppo.window_bootstrap,
             )
             clock = time.perf_counter()
             metrics.update(self._ppo(storage, train_actor=False, limit=self.derived.warmup_sample_turns))

@@ -94,6 +94,8 @@ def _numbers(config: Config) -> Iterator[str]:
         yield f"ppo.dual_clip must be > 1 (or 0 for off), got {ppo.dual_clip}"
     if math.isfinite(run.max_minutes) and run.max_minutes < 0:
         yield f"run.max_minutes must be >= 0 (0 = no limit), got {run.max_minutes}"
+    if run.total_turns < 0:
+        yield f"run.total_turns must be >= 0 (0 = no limit), got {run.total_turns}"
     if min(run.total_updates, run.checkpoint_every, ppo.kl_coef, ppo.critic_warmup_batches) < 0:
         yield "run.total_updates, run.checkpoint_every, ppo.kl_coef and ppo.critic_warmup_* must be >= 0"
     if min(run.samples_every, run.samples_per_family) < 0:
