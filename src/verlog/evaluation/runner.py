@@ -216,6 +216,12 @@ class _TaskEnvs:
             "progression": progression,
             "invalid_actions": int(info["invalid_actions"]),
             "terminated": bool(terminated),
+            # Crafter's: the achievements this episode unlocked (per-achievement rates in the summary)
+            **(
+                {"achievements": sorted(k for k, v in info["achievements"].items() if v)}
+                if "achievements" in info
+                else {}
+            ),
         }
 
     def close(self) -> None:
