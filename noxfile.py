@@ -70,6 +70,18 @@ def learn(session: nox.Session) -> None:
 
 
 @nox.session
+def learn_crafter(session: nox.Session) -> None:
+    """PPO from a tiny model on Crafter, judged against it untrained and random (-- --seed N); non-zero unless it learned."""
+    session.run("python", "benchmarks/learn_crafter.py", *session.posargs)
+
+
+@nox.session
+def ablation_crafter(session: nox.Session) -> None:
+    """The Crafter demonstration without the window-edge bootstrap, without critic pre-training, and as GRPO."""
+    session.run("python", "benchmarks/ablation_crafter.py", *session.posargs)
+
+
+@nox.session
 def learn_real(session: nox.Session) -> None:
     """PPO from SmolLM2-135M-Instruct on BabyAI GoTo, small room (CPU; -- --seed N); non-zero unless it learned."""
     session.run("python", "benchmarks/learn_real.py", *session.posargs)
