@@ -386,7 +386,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"seed {entry['seed']} (was {'pass' if entry['verdict_before_random']['passed'] else 'FAIL'}):"
             )
             _print_outcome(console, entry["zero_shot"], entry["trained"], entry["random"], entry)
-        args.rejudge.write_text(json.dumps(results, indent=2) + "\n")
+        lines = args.rejudge.read_text().splitlines()
+        indent = (
+            len(lines[1]) - len(lines[1].lstrip(" ")) if len(lines) > 1 else 2
+        )  # the file's own: a small diff
+        args.rejudge.write_text(json.dumps(results, indent=indent or 2) + "\n")
         plot(results, args.rejudge.with_suffix(".png"))
         console.print(
             f"rewrote {args.rejudge} and its .png: seeds passed {results['seeds_passed']}, "
