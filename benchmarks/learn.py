@@ -11,14 +11,23 @@ population std / sqrt(n), here sqrt(p (1 - p) / n). The script prints both, writ
 ``benchmarks/results/learn.png`` and the figures to ``benchmarks/results/learn.json``, and exits with status 1
 unless the last window beats the first by at least three standard errors of their difference
 (sqrt(SE_first^2 + SE_last^2)), with at least 10 episodes in each: a learner that does not learn fails it.
+
+Afterwards the initial model, the trained one and the random agent (``verlog eval random``: uniform over the
+env's valid actions) play the same 96 seeded episodes (base seed 0, ``verlog eval``'s), and the trained model
+must also beat both the initial model and random there by at least three standard errors of the difference:
+a model that learnt only to answer validly, and plays no better than chance, fails. ``--rejudge FILE`` plays
+random on the episodes a results file was judged on and writes the verdict under this rule again, keeping the
+figures it holds (and the old verdict, under ``verdict_before_random``).
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import hashlib
 import json
 import math
+import shutil
 import sys
 import time
 from collections.abc import Sequence
@@ -29,6 +38,7 @@ from verlog.evaluation import output
 from verlog.pipes import closed_pipe_ok
 from verlog.quiet import quiet_console
 from verlog.runkit.folder import CONFIG_FILE, METRICS_FILE
+from verlog.tomlconfig import toml_value
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -39,6 +49,10 @@ Z_REQUIRED = 3.0
 MIN_EPISODES = 10
 #: Written into the run folder after training, so ``--run`` reports the time it took.
 WALL_FILE = "learn-wall.json"
+#: The base seed of the evaluation episodes (``verlog eval``'s default, which the figures before random used).
+EVAL_SEED = 0
+#: Random-agent evaluations, one folder per :func:`random_key`, reused (here and by learn_real.py).
+RANDOM_DIR = Path("runs") / "random"
 
 
 def window(records: Sequence[dict[str, Any]]) -> dict[str, float]:
@@ -79,6 +93,92 @@ def compare(records: Sequence[dict[str, Any]], fraction: float = 0.1) -> dict[st
         "z": z,
         "passed": bool(enough and z >= Z_REQUIRED),
     }
+
+
+def difference(after: float, after_se: float, before: float, before_se: float) -> dict[str, float]:
+    """``after - before`` and how many standard errors of the difference (sqrt(SE_a^2 + SE_b^2)) it is."""
+    gap = after - before
+    se = math.sqrt(before_se**2 + after_se**2)
+    z = gap / se if se > 0 else (math.inf if gap > 0 else -math.inf)
+    return {"gain": gap, "gain_se": se, "z": z}
+
+
+def judge_evaluation(evaluation: dict[str, dict[str, float]]) -> dict[str, Any]:
+    """The trained model against the initial one and against random on the same seeded episodes: both gains
+    must be at least ``Z_REQUIRED`` standard errors of the difference."""
+    trained = evaluation["trained"]
+    out: dict[str, Any] = {}
+    for name in ("initial", "random"):
+        other = evaluation[name]
+        out[f"vs_{name}"] = difference(trained["success"], trained["se"], other["success"], other["se"])
+    out["passed"] = bool(out["vs_initial"]["z"] >= Z_REQUIRED and out["vs_random"]["z"] >= Z_REQUIRED)
+    return out
+
+
+def random_key(
+    env_id: str,
+    env_kwargs: dict[str, Any],
+    memory: str,
+    memory_kwargs: dict[str, Any],
+    episodes: int,
+    seed: int,
+) -> dict[str, Any]:
+    """What decides the random agent's evaluation. It seeds itself per episode from the episode's seed, so how
+    many envs play at once does not change it; no model, prompt or decoding takes part."""
+    return {
+        "agent": "random",
+        "env_id": env_id,
+        "env_kwargs": dict(env_kwargs),
+        "memory": memory,
+        "memory_kwargs": dict(memory_kwargs),
+        "episodes": episodes,
+        "seed": seed,
+    }
+
+
+def random_folder(key: dict[str, Any]) -> Path:
+    """``runs/random/<digest of the key>``."""
+    return RANDOM_DIR / hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def _figures(summary: dict[str, Any], env_id: str) -> dict[str, float]:
+    task = summary["tasks"][env_id]
+    return {
+        "episodes": task["episodes"],
+        "success": task["success_rate"] / 100,
+        "se": task["success_se"] / 100,
+        "invalid_action_rate": task["invalid_action_rate"],
+        "mean_length": task["mean_length"],
+    }
+
+
+def play_random(
+    env_id: str,
+    env_kwargs: dict[str, Any],
+    memory: str,
+    memory_kwargs: dict[str, Any],
+    episodes: int,
+    seed: int,
+    num_envs: int,
+) -> tuple[dict[str, float], Path, bool]:
+    """The random agent's figures on those episodes, from ``runs/random/<key>`` when played before; else played
+    (in this process: no model, no sampler engine) and kept there. Returns (figures, folder, cached)."""
+    from verlog.evaluation import evaluate
+
+    key = random_key(env_id, env_kwargs, memory, memory_kwargs, episodes, seed)
+    folder = random_folder(key)
+    if (folder / "summary.json").is_file():
+        return _figures(json.loads((folder / "summary.json").read_text()), env_id), folder, True
+    partial = folder.with_name(folder.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    overrides = [f"env.memory={toml_value(memory)}", f"env.memory_kwargs={toml_value(dict(memory_kwargs))}"]
+    summary = evaluate(
+        "random", env_id, out=partial, episodes=episodes, seed=seed, num_envs=num_envs,
+        overrides=overrides, env_kwargs=dict(env_kwargs),
+    )  # fmt: skip
+    (partial / "key.json").write_text(json.dumps(key, indent=2, default=str) + "\n")
+    partial.replace(folder)  # only a finished evaluation is ever reused
+    return _figures(summary, env_id), folder, False
 
 
 def update_records(run_dir: Path) -> list[dict[str, Any]]:
@@ -124,14 +224,16 @@ def plot(records: Sequence[dict[str, Any]], result: dict[str, Any], path: Path, 
     fig.savefig(path, dpi=120)
 
 
-def evaluate_both(config: Any, run_dir: Path, episodes: int) -> dict[str, dict[str, float]]:
-    """The same seeded episodes played by the initial model and by the run's last checkpoint (sampled at
-    the training temperature, with the run's prompts, memory and env settings), through ``verlog eval``."""
+def evaluate_agents(config: Any, run_dir: Path, episodes: int) -> dict[str, dict[str, float]]:
+    """The same seeded episodes played by the initial model, by the run's last checkpoint (sampled at the
+    training temperature, with the run's prompts, memory and env settings), through ``verlog eval``, and by
+    the random agent (kept under ``runs/random/``)."""
     from verlog.evaluation import evaluate
 
     common = {
         "suite": config.env.id,
         "episodes": episodes,
+        "seed": EVAL_SEED,
         "num_envs": config.env.num_envs,
         "env_kwargs": dict(config.env.kwargs),
         "config": run_dir / CONFIG_FILE,
@@ -140,15 +242,64 @@ def evaluate_both(config: Any, run_dir: Path, episodes: int) -> dict[str, dict[s
     figures = {}
     for name, agent in (("initial", config.model.path), ("trained", str(run_dir))):
         summary = evaluate(agent, out=run_dir / f"eval-{name}", **common)
-        task = summary["tasks"][config.env.id]
-        figures[name] = {
-            "episodes": task["episodes"],
-            "success": task["success_rate"] / 100,
-            "se": task["success_se"] / 100,
-            "invalid_action_rate": task["invalid_action_rate"],
-            "mean_length": task["mean_length"],
-        }
+        figures[name] = _figures(summary, config.env.id)
+    figures["random"] = play_random(
+        config.env.id, config.env.kwargs, config.env.memory, config.env.memory_kwargs, episodes, EVAL_SEED,
+        config.env.num_envs,
+    )[0]  # fmt: skip
     return figures
+
+
+def rejudge(path: Path) -> dict[str, Any]:
+    """The results file ``path`` judged again under the rule with random: random plays the episodes its
+    initial and trained models played (its config's env, kwargs and memory, base seed :data:`EVAL_SEED`);
+    the figures already there stay, the old verdict is kept under ``verdict_before_random``."""
+    report = json.loads(path.read_text())
+    evaluation = report.get("evaluation")
+    if not evaluation:
+        raise SystemExit(f"{path} has no evaluation to judge against random")
+    env = report["config"]["env"]
+    episodes = evaluation["trained"]["episodes"]
+    if evaluation["initial"]["episodes"] != episodes:
+        raise SystemExit(f"{path}: the initial and trained models played different episodes")
+    evaluation["random"], _, _ = play_random(
+        env["id"], env["kwargs"], env["memory"], env["memory_kwargs"], episodes, EVAL_SEED, env["num_envs"]
+    )
+    report.setdefault("verdict_before_random", {"passed": report["passed"]})
+    window_passed = report.get("window_passed", report["verdict_before_random"]["passed"])
+    return _with_verdict(report, window_passed, evaluation)
+
+
+def _with_verdict(
+    report: dict[str, Any], window_passed: bool, evaluation: dict[str, dict[str, float]] | None
+) -> dict[str, Any]:
+    """``report`` with the evaluation's verdict and the overall one (the window rule, and the evaluation's
+    when it was played)."""
+    judged = judge_evaluation(evaluation) if evaluation else None
+    return {
+        **report,
+        "window_passed": window_passed,
+        "evaluation": evaluation,
+        "evaluation_verdict": judged,
+        "passed": bool(window_passed and (judged is None or judged["passed"])),
+    }
+
+
+def _print_evaluation(console: Any, evaluation: dict[str, dict[str, float]], judged: dict[str, Any]) -> None:
+    for name, figures in evaluation.items():
+        console.print(
+            f"evaluation, {name} {'agent' if name == 'random' else 'model'}, {figures['episodes']} seeded "
+            f"episodes{'' if name == 'random' else ' (sampled)'}: success "
+            f"[bold]{figures['success']:.3f} ± {figures['se']:.3f}[/bold], invalid actions "
+            f"{figures['invalid_action_rate']:.1f}%"
+        )
+    for name in ("initial", "random"):
+        d = judged[f"vs_{name}"]
+        console.print(
+            f"trained vs {name}: {d['gain']:+.3f} ± {d['gain_se']:.3f} = {d['z']:.1f} SE (need >= {Z_REQUIRED:g})"
+        )
+    mark = "[green]PASS[/green]" if judged["passed"] else "[red]FAIL[/red]"
+    console.print(f"evaluation: {mark}")
 
 
 def load_preset(parser: argparse.ArgumentParser, path: Path, overrides: Sequence[str]) -> Any:
@@ -187,7 +338,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=int,
         default=96,
         metavar="N",
-        help="afterwards, play N seeded episodes with the initial and the trained model (0: skip)",
+        help="afterwards, play N seeded episodes with the initial and the trained model and random (0: skip, "
+        "and judge on the training windows alone)",
+    )
+    parser.add_argument(
+        "--rejudge",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="play random on the episodes a results file (learn.json) was judged on and rewrite its verdict "
+        "under the rule with random; no training",
     )
     parser.add_argument("overrides", nargs="*", metavar="section.key=value", help="config overrides")
     args = parser.parse_intermixed_args(argv)
@@ -198,6 +358,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     from verlog.ppo.config import load_config
 
     console = Console()
+    if args.rejudge is not None:
+        report = rejudge(args.rejudge)
+        _print_evaluation(console, report["evaluation"], report["evaluation_verdict"])
+        mark = "[green]PASS[/green]" if report["passed"] else "[red]FAIL[/red]"
+        console.print(
+            f"training windows {'pass' if report['window_passed'] else 'FAIL'} ({report['z']:.1f} SE); "
+            f"overall {mark} (before random: {'pass' if report['verdict_before_random']['passed'] else 'FAIL'})"
+        )
+        args.rejudge.write_text(json.dumps(report, indent=2) + "\n")
+        console.print(f"rewrote {args.rejudge}")
+        return 0 if report["passed"] else 1
     started = time.perf_counter()
     if args.run is None:
         config = load_preset(parser, args.config, args.overrides)
@@ -247,13 +418,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     evaluation = None
     if args.eval_episodes:
-        evaluation = evaluate_both(config, run_dir, args.eval_episodes)
-        for name, figures in evaluation.items():
-            console.print(
-                f"evaluation, {name} model, {figures['episodes']} seeded episodes (sampled): success "
-                f"[bold]{figures['success']:.3f} ± {figures['se']:.3f}[/bold], invalid actions "
-                f"{figures['invalid_action_rate']:.1f}%"
-            )
+        evaluation = evaluate_agents(config, run_dir, args.eval_episodes)
+        _print_evaluation(console, evaluation, judge_evaluation(evaluation))
 
     args.out.mkdir(parents=True, exist_ok=True)
     report = {
@@ -268,17 +434,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         "turns": int(records[-1].get("global_step", 0)),
         "z_required": Z_REQUIRED,
         **result,
-        "evaluation": evaluation,
         "curve": [
             {k: r.get(k) for k in ("update", "env/success", "charts/episodes", "env/invalid_action_rate")}
             for r in records
         ],
     }
+    report = _with_verdict(report, result["passed"], evaluation)
     (args.out / "learn.json").write_text(json.dumps(report, indent=2) + "\n")
     title = f"PPO, tiny random model, {config.env.id.split('/')[-1]}: z = {result['z']:.1f}"
     plot(records, result, args.out / "learn.png", title)
     console.print(f"wrote {args.out / 'learn.json'} and {args.out / 'learn.png'}")
-    return 0 if result["passed"] else 1
+    console.print(f"overall: {'[green]PASS[/green]' if report['passed'] else '[red]FAIL[/red]'}")
+    return 0 if report["passed"] else 1
 
 
 if __name__ == "__main__":

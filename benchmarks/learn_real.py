@@ -6,6 +6,7 @@ the same held-out seeded episodes before and after training.
     nox -s learn_babaisai -- --seed 1      # BabaIsAI's goto_win families (envs/learn_babaisai.toml)
     python benchmarks/learn_real.py [--config PRESET] [--seed N] [--episodes N] [section.key=value ...]
     python benchmarks/learn_real.py --run runs/learn-real-s2-0001   # judge an existing run again
+    python benchmarks/learn_real.py --rejudge benchmarks/results/learn_real.json   # against random, no training
 
 Steps: the preset's model (``model.build``: fetched from the package registry and converted on first use) plays
 N seeded evaluation episodes of the *target* task, decoded as the validation panel decodes (sampled at the
@@ -19,11 +20,22 @@ judge play the task itself. The evaluation seeds (``--eval-seed``, default 10,00
 envs' (``run.seed`` + env index) and the panel's (``panel.seed``), so no judged episode was trained on or used
 to pick a checkpoint.
 
-A seed passes when, on those episodes, the success rate rises by at least three standard errors of the
-difference (sqrt(SE_before^2 + SE_after^2), SE = sqrt(p (1 - p) / n), BALROG's), and the invalid-action rate
-falls; otherwise the script exits with status 1. The results file ``benchmarks/results/<preset>.json`` keeps
-every seed's outcome (one entry per seed, its latest run; the runs it replaced stay under ``earlier_runs``) with
-its config, curve and zero-shot baseline; ``<preset>.png`` draws every seed's curve.
+The random agent (``verlog eval random``: uniform over the env's valid actions, seeded per episode) plays the
+very same episodes too (kept under ``runs/random/``; the same task, kwargs, memory, episodes and seeds give the
+same figure). A seed passes when, on those episodes, the trained model's success rate beats the zero-shot
+model's *and* random's by at least three standard errors of the difference each (sqrt(SE_a^2 + SE_b^2),
+SE = sqrt(p (1 - p) / n), BALROG's), and the invalid-action rate falls from zero-shot; otherwise the script
+exits with status 1. A model that only learnt to answer validly, and then plays about as well as chance, beats
+a zero-shot model that answers invalidly half the time but not random.
+
+The results file ``benchmarks/results/<preset>.json`` keeps every seed's outcome (one entry per seed, its latest
+run; the runs it replaced stay under ``earlier_runs``) with its config, curve, zero-shot and random baselines;
+``<preset>.png`` draws every seed's curve.
+
+``--rejudge FILE`` judges a results file again under this rule without training: random plays each seed's
+judged episodes (the file's task, the seed's ``eval_seed``, ``trained.episodes`` and memory), the trained
+and zero-shot figures stay as they are, and each seed's old verdict is kept under ``verdict_before_random``.
+Entries under ``earlier_runs`` are not counted in any verdict and are left as they were.
 """
 
 from __future__ import annotations
@@ -42,7 +54,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from learn import load_preset, machine, update_records  # the tiny-model demonstration's helpers
+from learn import (  # the tiny-model demonstration's helpers
+    load_preset,
+    machine,
+    random_folder,
+    random_key,
+    update_records,
+)
 from learn_real_plot import plot
 
 from verlog.pipes import closed_pipe_ok
@@ -161,14 +179,63 @@ def zero_shot(
     return result, folder, False
 
 
-def verdict(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
-    """The success gain in standard errors of the difference, the invalid-rate fall, and whether both hold.
+def random_command(
+    env_id: str,
+    env_kwargs: dict[str, Any],
+    memory: str,
+    memory_kwargs: dict[str, Any],
+    out: Path,
+    episodes: int,
+    seed: int,
+    num_envs: int,
+) -> list[str]:
+    """``verlog eval random`` on the target task into ``out``, with the run's memory (no config file needed:
+    random reads no prompt and decodes nothing)."""
+    return [
+        sys.executable, "-m", "verlog", "eval", "random", "--suite", env_id, "--episodes", str(episodes),
+        "--seed", str(seed), "--num-envs", str(num_envs), "--set", f"env.memory={toml_value(memory)}",
+        "--set", f"env.memory_kwargs={toml_value(dict(memory_kwargs))}", "--env-kwargs", toml_value(env_kwargs),
+        "--out", str(out), "--quiet",
+    ]  # fmt: skip
+
+
+def random_baseline(
+    env_id: str,
+    env_kwargs: dict[str, Any],
+    memory: str,
+    memory_kwargs: dict[str, Any],
+    episodes: int,
+    seed: int,
+    num_envs: int,
+) -> tuple[dict, Path, bool]:
+    """The random agent's evaluation on the judged episodes, from ``runs/random/<key>`` (:func:`random_key`)
+    when played before; else played in a child process and kept there. Returns (figures, folder, cached)."""
+    key = random_key(env_id, env_kwargs, memory, memory_kwargs, episodes, seed)
+    folder = random_folder(key)
+    if (folder / "summary.json").is_file():
+        return figures(folder, env_id), folder, True
+    partial = folder.with_name(folder.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    command = random_command(env_id, env_kwargs, memory, memory_kwargs, partial, episodes, seed, num_envs)
+    result = evaluation(command, partial, env_id)
+    (partial / "key.json").write_text(json.dumps(key, indent=2, default=str) + "\n")
+    partial.replace(folder)  # only a finished evaluation is ever reused
+    return result, folder, False
+
+
+def verdict(before: dict[str, Any], after: dict[str, Any], random: dict[str, Any]) -> dict[str, Any]:
+    """The success gain over zero-shot (``before``) and over random, each in standard errors of the
+    difference, the invalid-rate fall from zero-shot, and whether all three hold.
 
     A zero-shot model that answered validly every time (greedy decoding often does) has no invalid rate to
-    lower: there the rule is that the trained one stays at none."""
+    lower: there the rule is that the trained one stays at none. Random answers validly by construction: it
+    is a floor for success only."""
     gap = after["success"] - before["success"]
     se = math.sqrt(before["success_se"] ** 2 + after["success_se"] ** 2)
     z = gap / se if se > 0 else (math.inf if gap > 0 else -math.inf)
+    random_gap = after["success"] - random["success"]
+    random_se = math.sqrt(random["success_se"] ** 2 + after["success_se"] ** 2)
+    z_random = random_gap / random_se if random_se > 0 else (math.inf if random_gap > 0 else -math.inf)
     fall = before["invalid_action_rate"] - after["invalid_action_rate"]
     fall_se = math.sqrt(before["invalid_se"] ** 2 + after["invalid_se"] ** 2)
     return {
@@ -178,8 +245,12 @@ def verdict(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
         "invalid_fall": fall,
         "invalid_fall_se": fall_se,
         "invalid_z": fall / fall_se if fall_se > 0 else math.nan,
+        "random_gain": random_gap,
+        "random_gain_se": random_se,
+        "z_random": z_random,
         "passed": bool(
             z >= Z_REQUIRED
+            and z_random >= Z_REQUIRED
             and (fall > 0 or before["invalid_action_rate"] == after["invalid_action_rate"] == 0)
         ),
     }
@@ -207,8 +278,8 @@ def merge(path: Path, record: dict[str, Any], header: dict[str, Any]) -> dict[st
     }
 
 
-def _print_outcome(console: Any, before: dict, after: dict, result: dict) -> None:
-    for name, f in (("before", before), ("after", after)):
+def _print_outcome(console: Any, before: dict, after: dict, random: dict, result: dict) -> None:
+    for name, f in (("before", before), ("random", random), ("after", after)):
         console.print(
             f"{name:>6}: success [bold]{f['success']:.3f} ± {f['success_se']:.3f}[/bold], invalid actions "
             f"{f['invalid_action_rate']:.3f} ± {f['invalid_se']:.3f}, BALROG score {f['score']:.1f} ± "
@@ -216,9 +287,57 @@ def _print_outcome(console: Any, before: dict, after: dict, result: dict) -> Non
         )
     mark = "[green]PASS[/green]" if result["passed"] else "[red]FAIL[/red]"
     console.print(
-        f"success {result['success_gain']:+.3f} ± {result['success_gain_se']:.3f} = {result['z']:.1f} SE "
-        f"(need >= {Z_REQUIRED:g}); invalid actions {-result['invalid_fall']:+.3f} (must fall): {mark}"
+        f"success over zero-shot {result['success_gain']:+.3f} ± {result['success_gain_se']:.3f} = "
+        f"{result['z']:.1f} SE, over random {result['random_gain']:+.3f} ± {result['random_gain_se']:.3f} = "
+        f"{result['z_random']:.1f} SE (need >= {Z_REQUIRED:g} each); invalid actions "
+        f"{-result['invalid_fall']:+.3f} (must fall): {mark}"
     )
+
+
+def rejudge(path: Path, num_envs: int) -> dict[str, Any]:
+    """The results file ``path`` judged again under the rule with random: for each seed random plays that
+    seed's judged episodes (the file's task, the seed's ``eval_seed``, ``trained.episodes`` and memory) and
+    the seed's verdict is recomputed from its zero-shot and trained figures, which stay as they are. The
+    verdict it replaces is kept under ``verdict_before_random`` (once: judging again keeps the first)."""
+    results = json.loads(path.read_text())
+    task = results["task"]
+    env_id, env_kwargs = task["env_id"], task["env_kwargs"]
+    seeds = []
+    for entry in results["seeds"]:
+        config = entry["config"]
+        judged_task = {
+            "env_id": config["panel"].get("env_id") or config["env"]["id"],
+            "env_kwargs": {**config["env"]["kwargs"], **config["panel"].get("env_kwargs", {})},
+        }
+        if judged_task != task:
+            raise SystemExit(
+                f"{path}: seed {entry['seed']} was judged on {judged_task}, the file names {task}"
+            )
+        episodes = entry["trained"]["episodes"]
+        if entry["zero_shot"]["episodes"] != episodes:
+            raise SystemExit(
+                f"{path}: seed {entry['seed']}'s zero-shot and trained evaluations differ in size"
+            )
+        random, _, _ = random_baseline(
+            env_id, env_kwargs, config["env"]["memory"], config["env"]["memory_kwargs"], episodes,
+            entry["eval_seed"], num_envs,
+        )  # fmt: skip
+        old = entry.get("verdict_before_random") or {
+            k: entry[k]
+            for k in ("passed", "success_gain", "success_gain_se", "z", "invalid_fall", "invalid_fall_se",
+                      "invalid_z")
+            if k in entry
+        }  # fmt: skip
+        result = verdict(entry["zero_shot"], entry["trained"], random)
+        seeds.append({**entry, **result, "random": random, "verdict_before_random": old})
+    return {
+        **results,
+        "judged_against": ["zero-shot", "random"],
+        "rejudged": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "seeds_passed": [s["seed"] for s in seeds if s["passed"]],
+        "seeds_failed": [s["seed"] for s in seeds if not s["passed"]],
+        "seeds": seeds,
+    }
 
 
 @closed_pipe_ok
@@ -242,6 +361,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="the checkpoint judged: newest (default) or best, the validation panel's best (its episodes are "
         "disjoint from the judge's, so picking on them leaves the judged episodes unseen)",
     )
+    parser.add_argument(
+        "--rejudge",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="judge a results file's seeds again against zero-shot and random (random plays each seed's "
+        "judged episodes; the trained and zero-shot figures stay); no training",
+    )
     parser.add_argument("overrides", nargs="*", metavar="section.key=value", help="config overrides")
     args = parser.parse_intermixed_args(argv)
     quiet_console()  # the libraries' notices go to the run's console.log, as in agents/ppo.py
@@ -252,6 +379,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     from verlog.ppo.config import load_config
 
     console = Console(soft_wrap=True)  # a figure line is never broken mid-number in a log file
+    if args.rejudge is not None:
+        results = rejudge(args.rejudge, args.eval_envs)
+        for entry in results["seeds"]:
+            console.print(
+                f"seed {entry['seed']} (was {'pass' if entry['verdict_before_random']['passed'] else 'FAIL'}):"
+            )
+            _print_outcome(console, entry["zero_shot"], entry["trained"], entry["random"], entry)
+        lines = args.rejudge.read_text().splitlines()
+        indent = (
+            len(lines[1]) - len(lines[1].lstrip(" ")) if len(lines) > 1 else 2
+        )  # the file's own: a small diff
+        args.rejudge.write_text(json.dumps(results, indent=indent or 2) + "\n")
+        plot(results, args.rejudge.with_suffix(".png"))
+        console.print(
+            f"rewrote {args.rejudge} and its .png: seeds passed {results['seeds_passed']}, "
+            f"failed {results['seeds_failed']}"
+        )
+        return 0 if results["seeds"] and not results["seeds_failed"] else 1
     started = time.perf_counter()
     load_start = os.getloadavg()[0]
     if args.run is None:
@@ -273,7 +418,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         console.print(f"zero-shot success {before['success']:.3f} ± {before['success_se']:.3f}"
                       f"{' (kept from ' + str(folder) + ')' if cached else ''}")  # fmt: skip
-        state = {"before": before, "zero_shot_dir": str(folder), "eval_seed": args.eval_seed,
+        random, random_dir, cached = random_baseline(
+            env_id, env_kwargs, config.env.memory, config.env.memory_kwargs, args.episodes, args.eval_seed,
+            args.eval_envs,
+        )  # fmt: skip
+        console.print(f"random success {random['success']:.3f} ± {random['success_se']:.3f}"
+                      f"{' (kept from ' + str(random_dir) + ')' if cached else ''}")  # fmt: skip
+        state = {"before": before, "zero_shot_dir": str(folder), "random": random,
+                 "random_dir": str(random_dir), "eval_seed": args.eval_seed,
                  "episodes": args.episodes, "eval_envs": args.eval_envs, "preset": args.config.stem,
                  "judge": args.judge}  # fmt: skip
         (run_dir / STATE_FILE).write_text(json.dumps(state) + "\n")
@@ -294,6 +446,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         args.config = Path(state.get("preset", args.config.stem) + ".toml")  # its results file's name
         args.judge = args.judge or state.get("judge", "newest")  # as the run was first judged
+        random = state.get("random")
+        if random is None:  # judged first before random was: played now, on the same episodes
+            env_id, env_kwargs = target(config)
+            random = random_baseline(
+                env_id, env_kwargs, config.env.memory, config.env.memory_kwargs, args.episodes,
+                args.eval_seed, state.get("eval_envs", args.eval_envs),
+            )[0]  # fmt: skip
     records = update_records(run_dir)
     if not records:
         console.print(f"[red]{run_dir} has no update in metrics.jsonl[/red]")
@@ -309,9 +468,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.eval_envs, checkpoint,
         )  # fmt: skip
         after = evaluation(command, after_dir, target(config)[0])
-    result = verdict(before, after)
+    result = verdict(before, after, random)
     wall = time.perf_counter() - started if args.run is None else None
-    _print_outcome(console, before, after, result)
+    _print_outcome(console, before, after, random, result)
     if wall is not None and train_s is not None:
         console.print(
             f"wall time {wall / 60:.1f} min (training {train_s / 60:.1f} min), run folder {run_dir}"
@@ -323,6 +482,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "passed": result["passed"],
         "zero_shot": before,
         "trained": after,
+        "random": random,
         **result,
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "machine": machine(),
@@ -346,6 +506,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "task": {"env_id": env_id, "env_kwargs": env_kwargs},
         "model": config.model.build or str(config.model.path),
         "z_required": Z_REQUIRED,
+        "judged_against": ["zero-shot", "random"],
     }
     stem = args.config.stem
     args.out.mkdir(parents=True, exist_ok=True)

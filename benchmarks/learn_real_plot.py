@@ -2,7 +2,8 @@
 
 Each panel shows training success (episode-weighted over a sliding window), the validation panel's held-out
 success ± SE, the training invalid-action rate, curriculum stage changes and watchdog rollbacks (dotted lines),
-and the judge's two evaluations (zero-shot at update 0, trained at the last update) with ± 1 SE bars.
+and the judge's evaluations (zero-shot at update 0, trained at the last update) with ± 1 SE bars, and random's
+success on the same episodes, where the seed was judged against it, as a dashed line with its ± 1 SE band.
 """
 
 from __future__ import annotations
@@ -59,9 +60,15 @@ def _seed_panel(ax: Any, entry: dict[str, Any]) -> None:
                     capsize=4)  # fmt: skip
         ax.annotate(f"{name}: {figures['success']:.2f}", (x, figures["success"]), xytext=(6, 6),
                     textcoords="offset points", fontsize=8)  # fmt: skip
+    random = entry.get("random")
+    title = f"seed {entry['seed']}: {entry['success_gain']:+.2f} ({entry['z']:.1f} SE)"
+    if random is not None:
+        p, se = random["success"], random["success_se"]
+        ax.axhline(p, color="tab:brown", ls="--", lw=1, label="random agent: success ± SE (same episodes)")
+        ax.axhspan(p - se, p + se, color="tab:brown", alpha=0.12)
+        title += f",\nvs random {entry['random_gain']:+.2f} ({entry['z_random']:.1f} SE)"
     verdict = "pass" if entry["passed"] else "FAIL"
-    ax.set(xlabel="PPO update", ylim=(0, 1),
-           title=f"seed {entry['seed']}: {entry['success_gain']:+.2f} ({entry['z']:.1f} SE), {verdict}")  # fmt: skip
+    ax.set(xlabel="PPO update", ylim=(0, 1), title=f"{title}, {verdict}")
     ax.grid(True, alpha=0.3)
 
 

@@ -59,21 +59,171 @@ def _learn_real():
     return real
 
 
+#: A random agent far below every trained figure below: the zero-shot rule alone decides there.
+_FLOOR = {"success": 0.0, "success_se": 0.0, "invalid_action_rate": 0.0, "invalid_se": 0.0}
+
+
 def test_the_real_model_verdict_needs_three_standard_errors_and_fewer_invalid_answers() -> None:
     """benchmarks/learn_real.py's rule: success up by >= 3 SE of the difference, and the invalid rate down."""
     real = _learn_real()
     before = {"success": 0.10, "success_se": 0.03, "invalid_action_rate": 0.30, "invalid_se": 0.01}
     learned = {"success": 0.40, "success_se": 0.05, "invalid_action_rate": 0.10, "invalid_se": 0.01}
-    result = real.verdict(before, learned)
+    result = real.verdict(before, learned, _FLOOR)
     assert result["passed"] and result["z"] == pytest.approx(0.30 / math.sqrt(0.03**2 + 0.05**2))
     more_invalid = {**learned, "invalid_action_rate": 0.35}
-    assert not real.verdict(before, more_invalid)["passed"]
-    assert not real.verdict(before, {**learned, "success": 0.20})["passed"]  # 1.7 SE only
+    assert not real.verdict(before, more_invalid, _FLOOR)["passed"]
+    assert not real.verdict(before, {**learned, "success": 0.20}, _FLOOR)["passed"]  # 1.7 SE only
     never_invalid = {**before, "invalid_action_rate": 0.0, "invalid_se": 0.0}  # greedy answers: none to lower
-    assert real.verdict(never_invalid, {**learned, "invalid_action_rate": 0.0, "invalid_se": 0.0})["passed"]
-    assert not real.verdict(never_invalid, learned)["passed"]  # from none to some is a rise
+    valid = {**learned, "invalid_action_rate": 0.0, "invalid_se": 0.0}
+    assert real.verdict(never_invalid, valid, _FLOOR)["passed"]
+    assert not real.verdict(never_invalid, learned, _FLOOR)["passed"]  # from none to some is a rise
     assert real._episode_rate_se([0.0, 1.0]) == pytest.approx(0.5)
     assert math.isnan(real._episode_rate_se([0.5]))
+
+
+def test_the_real_model_must_beat_random_too() -> None:
+    """Three SE over zero-shot is not enough: the trained model must beat random on the same episodes by three
+    SE of that difference as well (hand-computed: every SE of a difference here is sqrt(0.03^2 + 0.04^2) = 0.05)."""
+    real = _learn_real()
+    zero_shot = {"success": 0.20, "success_se": 0.03, "invalid_action_rate": 0.40, "invalid_se": 0.02}
+    random = {"success": 0.30, "success_se": 0.03, "invalid_action_rate": 0.0, "invalid_se": 0.0}
+    trained = {"success": 0.44, "success_se": 0.04, "invalid_action_rate": 0.05, "invalid_se": 0.01}
+    near_random = real.verdict(
+        zero_shot, trained, random
+    )  # +0.24 = 4.8 SE over zero-shot, +0.14 = 2.8 over random
+    assert near_random["z"] == pytest.approx(4.8) and near_random["z_random"] == pytest.approx(2.8)
+    assert near_random["success_gain_se"] == pytest.approx(0.05) and near_random[
+        "random_gain"
+    ] == pytest.approx(0.14)
+    assert not near_random["passed"]
+    both = real.verdict(zero_shot, {**trained, "success": 0.46}, random)  # 5.2 and 3.2 SE
+    assert both["z"] == pytest.approx(5.2) and both["z_random"] == pytest.approx(3.2) and both["passed"]
+    above_random_only = real.verdict({**zero_shot, "success": 0.32}, {**trained, "success": 0.46}, random)
+    assert above_random_only["z"] == pytest.approx(2.8) and not above_random_only["passed"]  # 0.14 / 0.05
+    hopeless = {**random, "success": 0.0, "success_se": 0.0}  # 0 of n, then n of n: no SE, any gain counts
+    assert (
+        real.verdict(zero_shot, {**trained, "success": 1.0, "success_se": 0.0}, hopeless)["z_random"]
+        == math.inf
+    )
+
+
+def test_the_random_baseline_is_kept_per_task_episodes_and_seeds() -> None:
+    """Random's evaluation is reused when the task, its kwargs, memory, episode count and base seed agree; the
+    envs played at once are no part of the key (the agent seeds itself from each episode's seed)."""
+    real = _learn_real()
+    args = ("verlog/BabyAI-GoTo-v0", {"room_size": 5}, "none", {}, 128, 10_000)
+    key = real.random_key(*args)
+    assert key == {"agent": "random", "env_id": "verlog/BabyAI-GoTo-v0", "env_kwargs": {"room_size": 5},
+                   "memory": "none", "memory_kwargs": {}, "episodes": 128, "seed": 10_000}  # fmt: skip
+    folder = real.random_folder(key)
+    assert folder.parent == Path("runs") / "random" and len(folder.name) == 12
+    assert real.random_folder(real.random_key(*args)) == folder  # the same key, the same folder
+    others = [
+        real.random_key("verlog/BabyAI-GoTo-v0", {"room_size": 6}, "none", {}, 128, 10_000),
+        real.random_key("verlog/BabyAI-GoTo-v0", {"room_size": 5}, "none", {}, 64, 10_000),
+        real.random_key("verlog/BabyAI-GoTo-v0", {"room_size": 5}, "none", {}, 128, 0),
+        real.random_key("verlog/BabaIsAI-v0", {"room_size": 5}, "none", {}, 128, 10_000),
+    ]
+    assert len({real.random_folder(k) for k in others} | {folder}) == 5
+    command = real.random_command(*args[:4], Path("out"), 128, 10_000, 32)
+    assert command[command.index("eval") + 1] == "random" and "--sample" not in command
+    assert (
+        command[command.index("--seed") + 1] == "10000" and command[command.index("--episodes") + 1] == "128"
+    )
+    assert 'env.memory="none"' in command and command[command.index("--env-kwargs") + 1] == "{room_size = 5}"
+
+
+def test_a_results_file_is_judged_again_against_random(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--rejudge``: random plays each seed's judged episodes, the figures stay, the verdict is recomputed and
+    the old one kept (once), and the passed and failed seed lists follow."""
+    real = _learn_real()
+    task = {"env_id": "verlog/BabyAI-GoTo-v0", "env_kwargs": {"room_size": 5, "shaping": 0.0}}
+    zero_shot = {"success": 0.20, "success_se": 0.03, "invalid_action_rate": 0.40, "invalid_se": 0.02,
+                 "episodes": 128}  # fmt: skip
+    config = {"env": {"id": task["env_id"], "kwargs": {"room_size": 5, "shaping": 0.25}, "memory": "none",
+                      "memory_kwargs": {}}, "panel": {"env_id": "", "env_kwargs": {"shaping": 0.0}}}  # fmt: skip
+    seeds = []
+    for seed, success in ((1, 0.46), (3, 0.44)):
+        trained = {**zero_shot, "success": success, "success_se": 0.04, "invalid_action_rate": 0.05}
+        entry = {"seed": seed, "eval_seed": 10_000 + seed, "zero_shot": zero_shot, "trained": trained,
+                 "config": config, "curve": []}  # fmt: skip
+        seeds.append({**entry, **real.verdict(zero_shot, trained, _FLOOR)})
+    path = tmp_path / "learn_real.json"
+    path.write_text(json.dumps({"task": task, "seeds_passed": [1, 3], "seeds_failed": [], "seeds": seeds}))
+    played = []
+
+    def fake_random(env_id, env_kwargs, memory, memory_kwargs, episodes, seed, num_envs):
+        played.append((env_id, env_kwargs, memory, episodes, seed))
+        return (
+            {"success": 0.30, "success_se": 0.03, "invalid_action_rate": 0.0, "invalid_se": 0.0},
+            None,
+            True,
+        )
+
+    monkeypatch.setattr(real, "random_baseline", fake_random)
+    results = real.rejudge(path, 32)
+    assert played == [(task["env_id"], task["env_kwargs"], "none", 128, 10_001),
+                      (task["env_id"], task["env_kwargs"], "none", 128, 10_003)]  # fmt: skip
+    assert results["seeds_passed"] == [1] and results["seeds_failed"] == [3]
+    one, three = results["seeds"]
+    assert one["trained"] == seeds[0]["trained"] and one["zero_shot"] == zero_shot  # the figures stay
+    assert one["z_random"] == pytest.approx(3.2) and three["z_random"] == pytest.approx(2.8)
+    assert three["verdict_before_random"]["passed"] and three["verdict_before_random"]["z"] == pytest.approx(
+        4.8
+    )
+    assert three["random"]["success"] == 0.30 and not three["passed"]
+    path.write_text(json.dumps(results))
+    again = real.rejudge(path, 32)  # judged again: the verdict before random is still the first one
+    assert again["seeds"][1]["verdict_before_random"]["passed"] and again["seeds_failed"] == [3]
+    real.plot(again, tmp_path / "again.png")
+    wrong = {**task, "env_kwargs": {"room_size": 6}}
+    path.write_text(json.dumps({**results, "task": wrong}))
+    with pytest.raises(SystemExit, match="was judged on"):
+        real.rejudge(path, 32)
+
+
+def test_the_tiny_demo_must_beat_the_initial_model_and_random() -> None:
+    """benchmarks/learn.py's evaluation rule: the trained model beats both by >= 3 SE of the difference."""
+    initial = {"success": 0.10, "se": 0.03}
+    random = {"success": 0.25, "se": 0.03}
+    result = learn.judge_evaluation(
+        {"initial": initial, "trained": {"success": 0.39, "se": 0.04}, "random": random}
+    )
+    assert result["vs_initial"]["z"] == pytest.approx(5.8) and result["vs_random"]["z"] == pytest.approx(2.8)
+    assert not result["passed"]
+    result = learn.judge_evaluation(
+        {"initial": initial, "trained": {"success": 0.41, "se": 0.04}, "random": random}
+    )
+    assert result["vs_random"]["z"] == pytest.approx(3.2) and result["passed"]
+    report = learn._with_verdict({"passed": True}, True, None)  # evaluation skipped: the windows decide
+    assert report["passed"] and report["evaluation_verdict"] is None
+    assert not learn._with_verdict({}, False, {"initial": initial, "trained": {"success": 0.9, "se": 0.03},
+                                               "random": random})["passed"]  # fmt: skip
+
+
+def test_the_tiny_demo_results_are_judged_again_against_random(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``learn.py --rejudge``: random plays the 96 episodes of base seed 0 the models played, with the run's env."""
+    env = {"id": "verlog/BabyAI-GoTo-v0", "kwargs": {"invalid_action_penalty": 0.0}, "memory": "none",
+           "memory_kwargs": {}, "num_envs": 32}  # fmt: skip
+    evaluation = {"initial": {"episodes": 96, "success": 0.10, "se": 0.03},
+                  "trained": {"episodes": 96, "success": 0.39, "se": 0.04}}  # fmt: skip
+    path = tmp_path / "learn.json"
+    path.write_text(json.dumps({"config": {"env": env}, "z": 6.0, "passed": True, "evaluation": evaluation}))
+    played = []
+
+    def fake_random(env_id, env_kwargs, memory, memory_kwargs, episodes, seed, num_envs):
+        played.append((env_id, env_kwargs, episodes, seed))
+        return {"episodes": 96, "success": 0.25, "se": 0.03}, None, False
+
+    monkeypatch.setattr(learn, "play_random", fake_random)
+    report = learn.rejudge(path)
+    assert played == [(env["id"], env["kwargs"], 96, 0)]
+    assert report["verdict_before_random"] == {"passed": True} and report["window_passed"]
+    assert report["evaluation_verdict"]["vs_random"]["z"] == pytest.approx(2.8) and not report["passed"]
 
 
 def _seed_entry(seed: int, passed: bool) -> dict:
