@@ -141,3 +141,10 @@ def bench_prompts(session: nox.Session) -> None:
 def bench_first_moves(session: nox.Session) -> None:
     """Does SmolLM2's first answer on BabaIsAI point toward the WIN object, for 0, 1 and 4 worked examples?"""
     session.run("python", "benchmarks/first_moves.py", *session.posargs)
+
+
+@nox.session
+def gpu_check(session: nox.Session) -> None:
+    """The learner on one GPU in 8 minutes: tiny preset, 0.5B/3B shapes (LoRA or not, critic or not), FSDP2, the
+    GPU tests; writes benchmarks/results/gpu.json (-- --cpu-smoke: the same legs on the CPU, tiny models)."""
+    session.run("python", "benchmarks/gpu_check.py", *session.posargs)

@@ -66,7 +66,7 @@ REAL_OVERRIDES = [
 ]
 
 
-def _base_overrides(out: Path) -> list[str]:
+def base_overrides(out: Path) -> list[str]:
     """A throwaway run: no console, no checkpoints, no critic warm-up (it would be timed as collection)."""
     return [
         f"run.output_dir={out}",
@@ -127,17 +127,28 @@ def measure(config: Config, updates: int, warmup: int) -> dict[str, Any]:
     }
 
 
-def build_real(tokenizer_from: str, folder: Path, layers: int) -> Path:
-    """A random Qwen2.5-0.5B-shaped model with the tiny preset's tokenizer, saved for ``from_pretrained``."""
+def build_real(
+    tokenizer_from: str,
+    folder: Path,
+    layers: int,
+    shape: dict[str, Any] | None = None,
+    *,
+    device: str = "cpu",
+    dtype: torch.dtype = torch.float32,
+) -> Path:
+    """A random model of a real Qwen2 shape (Qwen2.5-0.5B's by default) with the tiny preset's tokenizer, saved
+    for ``from_pretrained``. ``device`` and ``dtype``: where it is initialised and how it is saved (a 3B model
+    initialises in seconds on a GPU, in minutes on a CPU; bf16 halves what is written and read back)."""
     from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
 
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_from)
-    shape = {**QWEN25_05B, "num_hidden_layers": layers}
+    shape = {**(shape or QWEN25_05B), "num_hidden_layers": layers}
     config = Qwen2Config(
         **shape, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, bos_token_id=None
     )
     torch.manual_seed(0)
-    model = Qwen2ForCausalLM(config)
+    with torch.device(device):
+        model = Qwen2ForCausalLM(config).to(dtype)
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.save_pretrained(folder)
@@ -176,7 +187,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         try:
             tiny = load_config(
-                args.config, [*_base_overrides(scratch), f"run.torch_threads={args.threads}", *args.overrides]
+                args.config, [*base_overrides(scratch), f"run.torch_threads={args.threads}", *args.overrides]
             )
             validate(tiny)
         except (ConfigError, OSError) as error:
@@ -201,7 +212,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             real = load_config(
                 args.config,
                 [
-                    *_base_overrides(scratch),
+                    *base_overrides(scratch),
                     *REAL_OVERRIDES,
                     f"model.path={folder}",
                     "model.build_tiny=false",

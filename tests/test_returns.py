@@ -382,6 +382,7 @@ def test_empty_batch(gae, T: int, N: int) -> None:
         assert adv.shape == ret.shape == (T, N, 4)
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_matches_cpu() -> None:
     batch = _random_batch(4, 8, 200, seed=19)

@@ -1,7 +1,8 @@
 """The learner's models, ready to train: actor, critic and reference, each with its optimiser and engine.
 
 Under DeepSpeed each model is prepared inside its own plugin (one engine per model); otherwise one accelerator
-prepares actor and critic together (DDP). The reference is the actor with its adapters off under LoRA (no
+prepares actor and critic together (DDP), except under FSDP2, whose ``prepare`` shards one model and remaps one
+optimiser per call, so each model goes through its own call with its own optimiser. The reference is the actor with its adapters off under LoRA (no
 third copy of the weights), a sharded optimiser-less engine under ZeRO-3, or a plain frozen copy. A critic-free
 estimator (``algo.advantage`` other than "gae") gets no critic at all: none is loaded, prepared or saved.
 """
@@ -51,6 +52,9 @@ def build_models(dist: Any, config: Config, lora: LoraSpec | None) -> Models:
     if not dist.deepspeed:
         if critic is None:
             actor, actor_optimizer = dist.actor.prepare(actor, actor_optimizer)
+        elif getattr(dist.actor, "is_fsdp2", False):  # one model per call, else only the last is sharded
+            actor, actor_optimizer = dist.actor.prepare(actor, actor_optimizer)
+            critic, critic_optimizer = dist.actor.prepare(critic, critic_optimizer)
         else:
             actor, critic, actor_optimizer, critic_optimizer = dist.actor.prepare(
                 actor, critic, actor_optimizer, critic_optimizer
