@@ -1,4 +1,4 @@
-"""Sessions for tests, lint, benchmarks, the learning demonstration and sweeps.
+"""Sessions for tests, lint, the documentation site, benchmarks, the learning demonstration and sweeps.
 
 Sessions run in the current environment (``venv_backend="none"``): install verlog once with
 ``pip install torch==2.13.0 -e ".[train,dev]"`` and every session uses it.
@@ -31,6 +31,30 @@ def lint(session: nox.Session) -> None:
     """ruff check and ruff format --check."""
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """The documentation site into site/ (mkdocs build --strict: a broken link or reference fails); -- serve to serve it."""
+    session.env["NO_MKDOCS_2_WARNING"] = "1"
+    if session.posargs[:1] == ["serve"]:
+        session.run("mkdocs", "serve", *session.posargs[1:])
+    else:
+        session.run("mkdocs", "build", "--strict", *session.posargs)
+
+
+@nox.session
+def docs_browser(session: nox.Session) -> None:
+    """Build the site, open pages in headless chromium, check navigation and pictures (screenshots: site-shots/)."""
+    import shutil
+
+    if shutil.which("chromium") is None and shutil.which("chromium-browser") is None:
+        if shutil.which("apt-get") is None:
+            session.error("no chromium: install it (Debian: apt-get install -y chromium), or set $CHROMIUM")
+        session.run("apt-get", "install", "-y", "chromium", external=True)
+    session.env["NO_MKDOCS_2_WARNING"] = "1"
+    session.run("mkdocs", "build", "--strict")
+    session.run("python", "docs/browser_check.py", "site", "--shots", "site-shots", *session.posargs)
 
 
 @nox.session

@@ -18,7 +18,7 @@ prints the vLLM / transformers ratio of turns/s and tokens/s (the vLLM engine ho
 is built once; ``sampling.vllm_*`` keys set it up).
 
 Run: ``nox -s bench_rollout`` or ``python benchmarks/rollout.py [--num-envs 4,16,32] [--updates 3] [key=value ...]``;
-SmolLM2 side by side (README's figures): ``python benchmarks/rollout.py --config envs/smollm2.toml --backends
+SmolLM2 side by side (docs/vllm.md's figures): ``python benchmarks/rollout.py --config envs/smollm2.toml --backends
 transformers,vllm --threads 2 --num-envs 8 --updates 2 --out benchmarks/results/rollout-smollm2``.
 """
 

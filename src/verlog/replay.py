@@ -4,7 +4,7 @@ The env contract (:mod:`verlog.envs.base`) makes an episode a function of ``self
 seeded reset fixes it by the seed, an autoreset (``reset()`` without a seed) by the generator's state at that
 moment. So ``(seed or generator state, actions)`` is the whole state of a sub-env, memory included: it is
 written as JSON and restored without unpickling anything. Restoring replays the actions (one env step each;
-README "Failure and recovery" gives the time on Crafter's longest episodes) and checks the replayed
+docs/recovery.md gives the time on Crafter's longest episodes) and checks the replayed
 observation against a hash of the recorded one, so a replay that drifted is an error, never a silent change.
 """
 

@@ -2,7 +2,7 @@
 
 A critic-free estimator learns which move was better in a state only from the moves its samples happened to
 try there, and a policy that favours one move rarely tries the others: its sampling noise then settles on the
-favourite long before the state's comparison moves it (what every BabaIsAI attempt in README showed). Here,
+favourite long before the state's comparison moves it (what every BabaIsAI attempt in docs/log.md showed). Here,
 before a played turn's answer goes to its env, each offered action (``offered_actions``, what
 ``info["valid_actions"]`` lists) is stepped once in a deep copy of that env. Every branch is stored as a turn of
 its own (the same prompt, the action's text as the answer) with the advantage ``w * (r - mean)``, where r is

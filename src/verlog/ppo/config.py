@@ -289,7 +289,7 @@ class AlgoConfig:
     pool: Literal["episode", "turn"] = "episode"
     """grpo/gigpo: episode statistics over the group's episodes, one return each ("episode"), or over every turn's copy of its episode's return ("turn", verl-agent's default: long episodes weigh more)."""
     resample_attempts: int = 0
-    """grpo/gigpo/rloo: times a group whose turns all have a zero advantage is played again from a fresh seed (dynamic sampling; 0 = never: under a turn budget with rare successes it cost more than it gave, see README)."""
+    """grpo/gigpo/rloo: times a group whose turns all have a zero advantage is played again from a fresh seed (dynamic sampling; 0 = never: under a turn budget with rare successes it cost more than it gave, see docs/training/critic-free.md)."""
     filter_no_signal: bool = True
     """grpo/gigpo/rloo: leave groups still without signal after resampling out of the update (all of them only if every group has none)."""
     step_weight: float = 1.0

@@ -74,7 +74,7 @@ INSTALL_HINT = (
 )
 
 
-#: On a CPU, ``auto`` takes vLLM for checkpoints at least this large. Measured on 2 AVX2 cores (README,
+#: On a CPU, ``auto`` takes vLLM for checkpoints at least this large. Measured on 2 AVX2 cores (docs/vllm.md,
 #: "Sampling with vLLM"): SmolLM2-135M (538 MB) collected BabyAI turns 1.9x as fast with vLLM as with the
 #: transformers sampler, shared-prefix prefill included; for a tiny model the engine's per-step overhead and its
 #: start (~30 s, mostly importing vLLM) outweigh what it saves.

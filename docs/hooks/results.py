@@ -1,0 +1,467 @@
+"""Tables of measured results, made from ``benchmarks/results/*.json`` so that no figure is copied by hand.
+
+A page (or README.md) asks for a table with a marker on a line of its own::
+
+    <!-- results: headline -->
+
+The mkdocs build (this file is one of its ``hooks``) replaces each marker with :func:`render` of its name; an
+unknown name or a results file that is not there fails the build. README.md keeps its headline table between
+``<!-- results: headline -->`` and ``<!-- /results -->``; ``python docs/hooks/results.py --readme`` rewrites it
+and ``tests/test_docs.py`` fails when it differs from what the files say.
+
+A demonstration is one line of :data:`DEMONSTRATIONS` (its results file and title). A file holds a ``seeds``
+list (and ``earlier_runs``, the runs a rerun replaced); each entry has ``seed``, ``passed``, and a before and an
+after block: ``zero_shot``/``trained`` (``benchmarks/learn_real.py``), ``initial``/``trained`` or
+``before``/``after``. A block's figure is its ``success`` (a fraction), else its ``progression`` or ``return``,
+each with ``<name>_se`` (or ``se``). A field that is missing leaves its cell empty.
+
+Stdlib only: the tests import it without mkdocs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "benchmarks" / "results"
+
+#: The demonstrations README's headline table and the results page show: (results file, title). One line each.
+DEMONSTRATIONS: list[tuple[str, str]] = [
+    ("learn.json", "Tiny random model, BabyAI GoTo (`nox -s learn`)"),
+    ("learn_real.json", "SmolLM2-135M, BabyAI GoTo in a 5×5 room (`nox -s learn_real`)"),
+    ("learn_goto.json", "SmolLM2-135M, BALROG's GoTo through a curriculum (`nox -s learn_goto`)"),
+    (
+        "learn_babaisai_branch.json",
+        "SmolLM2-135M, BabaIsAI goto_win, one-step branches (`nox -s learn_babaisai`)",
+    ),
+]
+
+#: Other recipes that were run to the end (earlier presets and variants), shown on the results page.
+OTHER_RECIPES: list[tuple[str, str]] = [
+    ("learn_real_batch8.json", "learn_real with 8 envs × 4 turns (the preset before)"),
+    ("learn_real_entropy.json", "learn_real_batch8 + entropy bonus 0.01"),
+    ("learn_babaisai.json", "BabaIsAI goto_win ×5, PPO + shaping (attempt 3)"),
+    ("learn_babaisai_goto_win.json", "BabaIsAI goto_win alone, PPO (attempt 6)"),
+    ("learn_babaisai_gigpo.json", "BabaIsAI goto_win, GiGPO (attempts 8, 12, 14, 15)"),
+]
+
+MARKER = re.compile(r"^([ \t]*)<!-- results: ([a-z0-9_]+) -->[ \t]*$", re.MULTILINE)
+README_BLOCK = re.compile(r"(<!-- results: headline -->\n).*?(<!-- /results -->)", re.DOTALL)
+
+
+# ---------------------------------------------------------------------------------------------- reading
+def load(name: str) -> Any:
+    """A results file by its path under ``benchmarks/results/``."""
+    return json.loads((RESULTS / name).read_text())
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+
+def _first(block: Mapping[str, Any] | None, *keys: str) -> Any:
+    for key in keys:
+        if block and key in block:
+            return block[key]
+    return None
+
+
+def figure(block: Mapping[str, Any] | None) -> str:
+    """A before/after block's headline figure: success in %, else progression or return, with its SE."""
+    if not block:
+        return ""
+    for key, percent in (("success", True), ("progression", False), ("return", False)):
+        value = _number(block.get(key))
+        if value is None:
+            continue
+        se = _number(_first(block, f"{key}_se", "se"))
+        scale, unit = (100.0, " %") if percent else (1.0, "")
+        digits = 1 if percent else 2
+        text = f"{value * scale:.{digits}f}"
+        if se is not None:
+            text += f" ± {se * scale:.{digits}f}"
+        return text + unit
+    return ""
+
+
+def _metric(block: Mapping[str, Any] | None) -> str:
+    for key, label in (("success", "success"), ("progression", "progression"), ("return", "return")):
+        if block and _number(block.get(key)) is not None:
+            return label
+    return ""
+
+
+def before_after(entry: Mapping[str, Any]) -> tuple[Mapping[str, Any] | None, Mapping[str, Any] | None]:
+    """The blocks before and after training, under whichever names the file uses."""
+    return _first(entry, "zero_shot", "initial", "before"), _first(entry, "trained", "after")
+
+
+def seeds(data: Mapping[str, Any], *, earlier: bool = False) -> list[dict[str, Any]]:
+    """A results file's per-seed entries (the tiny demo's single run as one), earlier runs too if asked."""
+    if "seeds" not in data:  # benchmarks/learn.py: one run, evaluated before and after
+        evaluation = data.get("evaluation", {})
+
+        def rate(block: Mapping[str, Any] | None) -> Mapping[str, Any] | None:  # verlog eval's percent
+            if not block or _number(block.get("invalid_action_rate")) is None:
+                return block
+            return dict(block, invalid_action_rate=block["invalid_action_rate"] / 100)
+
+        entry = {
+            "seed": data.get("config", {}).get("run", {}).get("seed"),
+            "passed": data.get("passed"),
+            "initial": rate(evaluation.get("initial")),
+            "trained": rate(evaluation.get("trained")),
+            "z": data.get("z"),
+            "wall_s": data.get("wall_s"),
+            "updates": data.get("updates"),
+        }
+        return [entry]
+    entries = [dict(e) for e in data.get("seeds", [])]
+    if earlier:
+        entries += [dict(e, earlier=True) for e in data.get("earlier_runs", [])]
+    return entries
+
+
+def _invalid(block: Mapping[str, Any] | None) -> float | None:
+    return _number(_first(block, "invalid_action_rate"))
+
+
+def _minutes(seconds: Any) -> str:
+    value = _number(seconds)
+    return f"{value / 60:.1f} min" if value is not None else ""
+
+
+def _duration(seconds: Any) -> str:
+    value = _number(seconds)
+    if value is None:
+        return ""
+    return _minutes(value) if value >= 60 else ("< 1 s" if value < 1 else f"{value:.0f} s")
+
+
+def _verdict(passed: Any) -> str:
+    return {True: "✓", False: "✗"}.get(passed, "")
+
+
+def _z(entry: Mapping[str, Any]) -> str:
+    z = _number(entry.get("z"))
+    return f"{z:+.1f}" if z is not None else ""
+
+
+# --------------------------------------------------------------------------------------------- markdown
+def table(header: Iterable[str], rows: Iterable[Iterable[Any]]) -> str:
+    header = list(header)
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(cell).replace("|", "\\|") for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def headline(demonstrations: Iterable[tuple[str, str]] | None = None) -> str:
+    """README's results table: one row per demonstration, every seed's trained figure."""
+    rows = []
+    for name, title in DEMONSTRATIONS if demonstrations is None else demonstrations:
+        entries = seeds(load(name))
+        before = before_after(entries[0])[0] if entries else None
+        after = [f"{figure(before_after(e)[1])} (seed {e.get('seed')})" for e in entries]
+        passed = sum(1 for e in entries if e.get("passed") is True)
+        rows.append(
+            [
+                title,
+                _metric(before),
+                figure(before),
+                "<br>".join(after),
+                f"{passed} of {len(entries)}",
+            ]
+        )
+    return table(["demonstration", "measure", "before training", "after training", "seeds passed"], rows)
+
+
+def demonstrations(files: Iterable[tuple[str, str]]) -> str:
+    """One row per seed: before and after, the gain in standard errors, invalid answers, time, verdict."""
+    rows = []
+    for name, title in files:
+        for entry in seeds(load(name)):
+            before, after = before_after(entry)
+            invalid = [_invalid(before), _invalid(after)]
+            rows.append(
+                [
+                    title,
+                    entry.get("seed", ""),
+                    figure(before),
+                    figure(after),
+                    _z(entry),
+                    " → ".join(f"{v:.3f}" for v in invalid) if None not in invalid else "",
+                    entry.get("rollbacks", ""),
+                    _minutes(entry.get("wall_s")),
+                    _verdict(entry.get("passed")),
+                ]
+            )
+    return table(
+        ["recipe", "seed", "before", "after", "gain (SE)", "invalid answers", "rollbacks", "wall", ""], rows
+    )
+
+
+def runs() -> str:
+    """Every run the results files record, the replaced ones (``earlier_runs``) included: the log page."""
+    rows = []
+    for name, _ in DEMONSTRATIONS + OTHER_RECIPES:
+        for entry in seeds(load(name), earlier=True):
+            before, after = before_after(entry)
+            rows.append(
+                [
+                    f"`{name}`" + (" (earlier run)" if entry.get("earlier") else ""),
+                    entry.get("seed", ""),
+                    str(entry.get("date", ""))[:10],
+                    entry.get("run_dir", ""),
+                    figure(before),
+                    figure(after),
+                    _z(entry),
+                    entry.get("updates", ""),
+                    _minutes(entry.get("wall_s")),
+                    _verdict(entry.get("passed")),
+                ]
+            )
+    return table(
+        ["results file", "seed", "date", "run", "before", "after", "gain (SE)", "updates", "wall", ""], rows
+    )
+
+
+def learn_demo() -> str:
+    """The tiny demo's training-window figures (success over the first and last 10 % of updates)."""
+    data = load("learn.json")
+    first, last = data["first"], data["last"]
+    return table(
+        ["window", "updates", "episodes ended", "success"],
+        [
+            ["first 10 %", f"{first['first_update']}–{first['last_update']}", first["episodes"],
+             f"{first['success'] * 100:.1f} % ± {first['se'] * 100:.1f}"],
+            ["last 10 %", f"{last['first_update']}–{last['last_update']}", last["episodes"],
+             f"{last['success'] * 100:.1f} % ± {last['se'] * 100:.1f}"],
+            ["gap", "", "", f"z = {data['z']:.1f} (needs {data['z_required']:g}); {_minutes(data['wall_s'])}"],
+        ],
+    )  # fmt: skip
+
+
+def speed() -> str:
+    """How fast: env steps, Crafter reset, GAE, rollout, update, replay."""
+    envs, gae, rollout, update, replay = (
+        load(f) for f in ("envs.json", "gae.json", "rollout.json", "update.json", "replay.json")
+    )
+    games = envs["games"]
+    ratios = ", ".join(f"{game} {g['text_over_raw']:.2f}×" for game, g in games.items())
+    reset = envs["crafter_reset_ms"]
+    gae_ratio = " and ".join(f"{v:.0f}× ({k})" for k, v in gae["ratio_at_R512"].items())
+    gae_diff = max(r["max_abs_diff_advantages"] for r in gae["results"])
+    results = rollout["results"]
+    turns = " / ".join(f"{r['turns_per_s']:.1f}" for r in results)
+    shares = " / ".join(f"{r['env_prompt_share'] * 100:.1f} %" for r in results)
+    sizes = " / ".join(str(r["num_envs"]) for r in results)
+    tiny = update["cases"]["tiny"]
+    replays = ", ".join(f"{r['actions']} actions {r['replay_s']:.1f} s" for r in replay["rows"])
+    rows = [
+        ["text env / raw game steps/s (`envs.json`)", ratios, f"≥ {envs['targets']['text_over_raw']:g}×"],
+        ["Crafter reset, median (`envs.json`)",
+         f"{reset['text_median']:.0f} ms (raw `crafter.Env` {reset['raw_median']:.0f} ms)",
+         f"≤ {envs['targets']['crafter_reset_ms']:g} ms"],
+        [f"dual-discount GAE vs a per-token loop, T={gae['settings']['T']}, N={gae['settings']['N']}, R=512 "
+         "(`gae.json`)", f"{gae_ratio} faster, max diff {gae_diff:.1e}",
+         f"≥ {gae['target_ratio']:g}×, ≤ {gae['tolerance']:g}"],
+        [f"rollout with `envs/tiny.toml`, N = {sizes} (`rollout.json`)",
+         f"{turns} turns/s; env + prompt {shares} of a turn",
+         f"env + prompt ≤ {rollout['target_env_prompt_share'] * 100:g} %"],
+        ["PPO update, tiny model, CPU (`update.json`)", f"{tiny['tokens_per_s']:,.0f} tokens/s", ""],
+        ["resume: replaying a Crafter sub-env (`replay.json`)", replays, ""],
+    ]  # fmt: skip
+    return table(["benchmark", "figure", "target"], rows)
+
+
+def compare(name: str = "compare.json") -> str:
+    """PPO + GAE against the critic-free estimators at the same turn budget."""
+    data = load(name)
+    rows = []
+    for method in data["methods"].values():
+        per_seed = ", ".join(f"{v:.2f}" for v in method.get("final_success_per_seed", []))
+        share = method.get("no_signal_group_share")
+        left = method.get("filtered_group_share")
+        rows.append(
+            [
+                method["label"],
+                f"{method['final_success']:.3f} ± {method['final_success_se']:.3f}",
+                per_seed,
+                f"{method['turns_per_s']:.1f}",
+                f"{method['max_rss_mb']:.0f}",
+                f"{method['critic_params']:,}",
+                f"{share * 100:.0f} %" if share is not None else "–",
+                f"{left * 100:.0f} %" if left is not None else "–",
+            ]
+        )
+    budget = data["turn_budget"]
+    return table(
+        [f"method (`{name}`)", f"final success (last {budget // 4:,} of {budget:,} turns)", "per seed",
+         "turns/s", "peak RSS (MB)", "critic parameters", "groups without signal (first draw)",
+         "groups left out"],
+        rows,
+    )  # fmt: skip
+
+
+def compare_memory() -> str:
+    data = load("compare-memory.json")
+    rows = [
+        [m["label"], f"{m['max_rss_mb']:,.0f}", f"{m['critic_params']:,}"] for m in data["methods"].values()
+    ]
+    return table(["SmolLM2-135M, one update on the CPU (`compare-memory.json`)", "peak RSS (MB)", "critic parameters"], rows)  # fmt: skip
+
+
+def _eval_row(folder: str) -> list[str]:
+    data = load(f"eval/{folder}/summary.json")
+    agent = data["agent"]
+    name = "SmolLM2" if agent.get("agent") == "model" else agent.get("agent", "")
+    (game, scores), *_ = data["games"].items()
+    cap = data.get("env_kwargs", {}).get("max_episode_steps")
+    return [
+        f"{game} ({scores['tasks']} task{'s' if scores['tasks'] != 1 else ''} × {data['episodes_per_task']}"
+        + (f", {cap} steps" if cap else "")
+        + ")",
+        name,
+        f"{scores['score']:.1f} ± {scores['score_se']:.1f}",
+        f"{scores['success_rate']:.1f}",
+        f"{scores['invalid_action_rate']:.2f}",  # verlog eval writes a percentage
+        _duration(data.get("elapsed_s")),
+        f"`eval/{folder}`",
+    ]
+
+
+EVAL_HEADER = ["suite (tasks × episodes, step cap)", "agent", "BALROG score ± SE", "success %", "invalid %", "time", "files"]  # fmt: skip
+
+
+def scores() -> str:
+    """BALROG-comparable scores of the baselines at BALROG's episode counts."""
+    folders = ("random-babyai", "random-babaisai", "oracle-babaisai", "random-crafter")
+    return table(EVAL_HEADER, (_eval_row(f) for f in folders))
+
+
+def zero_shot() -> str:
+    """SmolLM2 zero-shot beside the random agent on the same capped episodes."""
+    pairs = (("smollm2-babyai", "random-babyai-32"), ("smollm2-crafter", "random-crafter-50"),
+             ("smollm2-babaisai", "random-babaisai-20"))  # fmt: skip
+    return table(EVAL_HEADER, (_eval_row(f) for pair in pairs for f in pair))
+
+
+def prompts() -> str:
+    """SmolLM2's zero-shot valid-answer rate for each prompt setting (``prompts.json``)."""
+    data = load("prompts.json")
+    settings: dict[tuple, dict[str, dict[str, Any]]] = {}
+    for row in data["rows"]:
+        key = (row["style"], row["examples"], row["format"], row["memory"])
+        settings.setdefault(key, {})[row["game"]] = row
+    games = ("babyai", "crafter", "babaisai")
+    out = []
+    for (style, examples, fmt, memory), by_game in settings.items():
+        label = f"{style}, {examples} example{'s' if examples != 1 else ''}, {fmt}, {memory}"
+        valid = [f"{by_game[g]['valid']:.2f}" if g in by_game else "" for g in games]
+        tokens = " / ".join(f"{by_game[g]['prompt_tokens']:.0f}" for g in games if g in by_game)
+        out.append([label, *valid, tokens])
+    return table(["prompt (style, examples, format, memory)", "BabyAI", "Crafter", "BabaIsAI", "prompt tokens"], out)  # fmt: skip
+
+
+def first_moves() -> str:
+    data = load("first_moves.json")
+    rows = [
+        [r["examples"], f"{r['p_move']:.2f}", f"{r['p_toward_given_move']:.3f}", f"{r['uniform_toward']:.3f}",
+         f"{r['argmax_toward']:.2f}", ", ".join(f"{k} {v:.2f}" for k, v in r["move_shares"].items())]
+        for r in data["rows"]
+    ]  # fmt: skip
+    return table(["worked examples", "P(a move)", "P(toward win \\| move)", "uniform", "argmax toward", "move shares"], rows)  # fmt: skip
+
+
+def rollout_smollm2() -> str:
+    data = load("rollout-smollm2/rollout.json")
+    rows = [
+        [r["backend"], f"{r['turns_per_s']:.1f}", f"{r['generated_tokens_per_s']:.0f}",
+         f"{r['ms_per_turn']['generate']:.0f}"]
+        for r in data["results"]
+    ]  # fmt: skip
+    for ratio in data.get("vllm_over_transformers", []):
+        rows.append(["ratio vLLM / transformers", f"{ratio['turns_per_s']:.2f}×", f"{ratio['generated_tokens_per_s']:.2f}×", ""])  # fmt: skip
+    return table(["sampler", "turns/s", "new tokens/s", "ms generating per turn"], rows)
+
+
+RENDERERS: dict[str, Callable[[], str]] = {
+    "headline": headline,
+    "demonstrations": lambda: demonstrations(DEMONSTRATIONS),
+    "other_recipes": lambda: demonstrations(OTHER_RECIPES),
+    "runs": runs,
+    "learn_demo": learn_demo,
+    "speed": speed,
+    "compare": compare,
+    "compare_resample": lambda: compare("compare-resample2.json"),
+    "compare_memory": compare_memory,
+    "scores": scores,
+    "zero_shot": zero_shot,
+    "prompts": prompts,
+    "first_moves": first_moves,
+    "rollout_smollm2": rollout_smollm2,
+}
+
+
+def render(name: str) -> str:
+    """The markdown of one named table."""
+    if name not in RENDERERS:
+        raise KeyError(f"no results table named {name!r}; known: {', '.join(RENDERERS)}")
+    return RENDERERS[name]()
+
+
+def expand(markdown: str) -> str:
+    """Replace every ``<!-- results: NAME -->`` line with its table, indented as the marker is."""
+    expanded = MARKER.sub(
+        lambda m: "\n".join(m.group(1) + line for line in render(m.group(2)).split("\n")), markdown
+    )
+    left = [line for line in expanded.splitlines() if line.lstrip().startswith("<!-- results:")]
+    if left:  # a marker with text after it, or a name that is not a word
+        raise ValueError(f"a results marker that is misspelt: {left[0].strip()!r}")
+    return expanded
+
+
+def readme_block(text: str) -> str:
+    """README's text with its headline block rewritten from the results files."""
+    if not README_BLOCK.search(text):
+        raise ValueError("README.md has no '<!-- results: headline -->' ... '<!-- /results -->' block")
+    return README_BLOCK.sub(lambda m: m.group(1) + headline() + "\n" + m.group(2), text)
+
+
+# ------------------------------------------------------------------------------------------ mkdocs hooks
+#: Figures the pages show straight from benchmarks/results/, published under results/img/.
+FIGURES = ("*.png", "rollout-smollm2/*.png")
+
+
+def on_files(files: Any, config: Any) -> Any:
+    """Publish benchmarks/results' PNGs as ``results/img/NAME.png``: the pages show the files themselves."""
+    from mkdocs.structure.files import File
+
+    for pattern in FIGURES:
+        for path in sorted(RESULTS.glob(pattern)):
+            uri = "results/img/" + path.relative_to(RESULTS).as_posix().replace("/", "-")
+            files.append(File.generated(config, uri, abs_src_path=str(path)))
+    return files
+
+
+def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
+    return expand(markdown)
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Print a results table, or rewrite README's headline table.")
+    parser.add_argument("name", nargs="?", choices=sorted(RENDERERS), help="the table to print")
+    parser.add_argument("--readme", action="store_true", help="rewrite README.md's headline block in place")
+    args = parser.parse_args()
+    if args.readme:
+        readme = ROOT / "README.md"
+        readme.write_text(readme_block(readme.read_text()))
+    else:
+        print(render(args.name or "headline"))

@@ -1,0 +1,193 @@
+"""The documentation: README stays a short front page, the site builds strictly, and no figure drifts.
+
+README's results table and the results page are made from ``benchmarks/results/*.json`` (``docs/hooks/results.py``);
+the game pictures from seeded states (``docs/gen_pictures.py``); the site is built with ``mkdocs build --strict``
+(a broken link, anchor or API reference fails) and, where chromium is installed, opened headless.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+
+
+def _module(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+results = _module(ROOT / "docs" / "hooks" / "results.py", "verlog_docs_results")
+pictures = _module(ROOT / "docs" / "gen_pictures.py", "verlog_docs_pictures")
+browser = _module(ROOT / "docs" / "browser_check.py", "verlog_docs_browser")
+
+
+# ---------------------------------------------------------------------------------------------- README
+def test_readme_is_a_short_front_page_that_keeps_the_two_setup_commands() -> None:
+    lines = README.read_text().splitlines()
+    assert len(lines) <= 250, f"README.md has {len(lines)} lines; move detail into docs/"
+    heads = [line for line in lines if line.startswith("# Set up")]  # .ci/run greps the line under the second
+    assert [
+        h.startswith(("# Set up and run the main job", "# Set up and pass the tests")) for h in heads
+    ] == [
+        True,
+        True,
+    ]
+
+
+def test_readme_links_and_images_point_at_files_that_exist() -> None:
+    text = README.read_text()
+    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text)
+    local = [t for t in targets if not re.match(r"[a-z]+://", t)]
+    assert local, "README links to no documentation page"
+    missing = [t for t in local if not (ROOT / t).exists()]
+    assert not missing, f"README links to missing files: {missing}"
+
+
+def test_readme_results_table_is_what_the_results_files_say() -> None:
+    text = README.read_text()
+    assert results.readme_block(text) == text, (
+        "README's results table differs from benchmarks/results/: run python docs/hooks/results.py --readme"
+    )
+
+
+def test_every_preset_is_in_readme_and_on_the_presets_page() -> None:
+    presets = sorted(p.name for p in (ROOT / "envs").glob("*.toml"))
+    for page in (README, ROOT / "docs" / "training" / "presets.md"):
+        text = page.read_text()
+        missing = [p for p in presets if f"envs/{p}" not in text]
+        assert not missing, f"{page.relative_to(ROOT)} does not list {missing}"
+
+
+# --------------------------------------------------------------------------------------------- results
+def test_every_results_table_renders_from_the_files() -> None:
+    for name in results.RENDERERS:
+        table = results.render(name)
+        assert table.startswith("| ") and table.count("\n") >= 2, name
+    with pytest.raises(KeyError, match="no results table named"):
+        results.render("no_such_table")
+    with pytest.raises(ValueError, match="misspelt"):
+        results.expand("<!-- results: Headline -->\n")
+
+
+def test_a_demonstration_with_a_new_layout_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What Crafter's demonstration will write: per-seed initial/trained/random blocks scored by progression."""
+    block = {
+        "return": 2.5,
+        "return_se": 0.3,
+        "progression": 0.091,
+        "progression_se": 0.01,
+        "achievements": {},
+    }
+    trained = dict(block, progression=0.182, progression_se=0.012)
+    data = {
+        "seeds": [
+            {"seed": 1, "passed": True, "initial": block, "trained": trained, "random": block, "wall_s": 600},
+            {
+                "seed": 2,
+                "passed": False,
+                "initial": block,
+                "trained": {},
+            },  # a field missing leaves a cell empty
+        ]
+    }
+    (tmp_path / "learn_crafter.json").write_text(json.dumps(data))
+    monkeypatch.setattr(results, "RESULTS", tmp_path)
+    table = results.headline([("learn_crafter.json", "SmolLM2, Crafter")])
+    row = table.splitlines()[2]
+    assert (
+        "| SmolLM2, Crafter | progression | 0.09 ± 0.01 | 0.18 ± 0.01 (seed 1)<br> (seed 2) | 1 of 2 |" == row
+    )
+    per_seed = results.demonstrations([("learn_crafter.json", "SmolLM2, Crafter")])
+    assert "10.0 min" in per_seed and "✗" in per_seed
+
+
+def test_the_headline_rows_follow_the_demonstrations_list() -> None:
+    rows = results.headline().splitlines()[2:]
+    assert len(rows) == len(results.DEMONSTRATIONS)
+    for row, (name, title) in zip(rows, results.DEMONSTRATIONS, strict=True):
+        assert row.startswith(f"| {title} |"), name
+        passed, total = re.search(r"(\d+) of (\d+) \|$", row).groups()
+        data = results.load(name)
+        assert int(total) == len(data.get("seeds", [data]))
+
+
+# -------------------------------------------------------------------------------------------- pictures
+@pytest.mark.parametrize("game", ["babyai", "crafter", "babaisai"])
+def test_game_pictures_and_texts_are_what_the_script_makes(game: str) -> None:
+    np = pytest.importorskip("numpy")
+    image = pytest.importorskip("PIL.Image")
+    picture, text = pictures.shoot(game)
+    committed = ROOT / "docs" / "games"
+    hint = f"docs/games/*/{game}.* are stale: run python docs/gen_pictures.py {game}"
+    assert (committed / "text" / f"{game}.txt").read_text() == text.rstrip("\n") + "\n", hint
+    with image.open(committed / "img" / f"{game}.png") as png:
+        assert np.array_equal(np.asarray(png.convert("RGB")), picture), hint
+
+
+@pytest.mark.parametrize(
+    "game", ["nethack", "textworld"]
+)  # MiniHack's text is NetHack's (and its import is slow)
+def test_text_only_games_texts_are_what_the_script_makes(game: str) -> None:
+    try:
+        _, text = pictures.shoot(game)
+    except ImportError as error:
+        pytest.skip(f"{game} is not installed ({error})")
+    assert (ROOT / "docs" / "games" / "text" / f"{game}.txt").read_text() == text.rstrip("\n") + "\n", (
+        f"docs/games/text/{game}.txt is stale: run python docs/gen_pictures.py {game}"
+    )
+
+
+# ---------------------------------------------------------------------------------------------- site
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    pytest.importorskip("mkdocs", reason="the dev extra installs mkdocs-material and mkdocstrings")
+    out = tmp_path_factory.mktemp("site")
+    env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
+    built = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert built.returncode == 0, (
+        "mkdocs build --strict failed:\n" + built.stdout[-3000:] + built.stderr[-6000:]
+    )
+    return out
+
+
+def test_the_site_builds_strictly_with_pictures_tables_and_api(site: Path) -> None:
+    for game in ("babyai", "crafter", "babaisai"):
+        assert (site / "games" / "img" / f"{game}.png").is_file()
+    html = (site / "results" / "index.html").read_text()
+    assert "<!-- results:" not in html and html.count("<table>") >= 5
+    for name, _ in results.DEMONSTRATIONS:
+        figure = site / "results" / "img" / name.replace(".json", ".png")
+        assert figure.is_file(), figure
+    api = (site / "api" / "index.html").read_text()
+    assert "make_vec" in api and "WatchdogConfig" in api and "lr_factor" in api
+    crafter = (site / "games" / "crafter" / "index.html").read_text()
+    assert 'src="../img/crafter.png"' in crafter and "You face grass" in crafter
+
+
+def test_the_site_renders_in_a_headless_browser(site: Path, tmp_path: Path) -> None:
+    if browser.chromium() is None:
+        pytest.skip(
+            "chromium is not installed (apt-get install -y chromium); nox -s docs_browser runs this check"
+        )
+    checked = browser.check(site, ["games/crafter/", "results/"], shots=tmp_path)
+    for page in checked:
+        assert not page.problems, (page.page, page.problems)
+        assert page.nav_links > 20 and page.images >= 1 and page.screenshot.is_file()
