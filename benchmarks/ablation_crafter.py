@@ -13,7 +13,8 @@ Variants (``learn_crafter.VARIANTS``), each trained from the same preset for the
 - ``grpo``: critic-free GRPO in groups of 8 envs sharing a seed, which must play whole episodes (up to the
   2,000-step cap) before it can update.
 
-Each cell is one ``learn_crafter.py --variant V --seed S`` run in a child process; a cell already in
+Each cell is one ``learn_crafter.py --variant V --seed S`` run in a child process (the ``verlog`` cells are the
+demonstration's own seeds when ``nox -s learn_crafter`` ran them at the same budget); a cell already in
 ``benchmarks/results/learn_crafter_ablation.json`` with the same turn budget is kept (``--force`` reruns it).
 ``--table`` only prints the table from the results file. The script exits 0 whichever way the results come out:
 an ablation is published as it falls.
@@ -40,6 +41,26 @@ def cells(path: Path) -> dict[tuple[str, int], dict[str, Any]]:
     if not path.is_file():
         return {}
     return {(s["variant"], s["seed"]): s for s in json.loads(path.read_text())["seeds"]}
+
+
+def reuse_demo(path: Path, seed: int, turns: int, out: Path) -> bool:
+    """The ``verlog`` cell is the demonstration itself when its run had the same turn budget: its entry in
+    ``learn_crafter.json`` is copied, not trained again (the same preset, seed and turns give the same run)."""
+    demo = out / "learn_crafter.json"
+    entry = (
+        next((s for s in json.loads(demo.read_text())["seeds"] if s["seed"] == seed), None)
+        if demo.is_file()
+        else None
+    )
+    if entry is None or entry["turns"] != turns:
+        return False
+    data = json.loads(path.read_text()) if path.is_file() else {k: v for k, v in json.loads(demo.read_text()).items()
+                                                                if k not in ("seeds", "earlier_runs")}  # fmt: skip
+    data["seeds"] = sorted([s for s in data.get("seeds", []) if (s["variant"], s["seed"]) != ("verlog", seed)]
+                           + [entry], key=lambda s: (s["variant"], s["seed"]))  # fmt: skip
+    data["benchmark"] = STEM
+    path.write_text(json.dumps(data, indent=2) + "\n")
+    return True
 
 
 def table(entries: dict[tuple[str, int], dict[str, Any]], variants: Sequence[str]) -> list[dict[str, Any]]:
@@ -69,12 +90,12 @@ def table(entries: dict[tuple[str, int], dict[str, Any]], variants: Sequence[str
 def print_table(rows: list[dict[str, Any]], untrained: dict[str, Any], random: dict[str, Any]) -> None:
     print(f"{'variant':<13} {'return':>12} {'progr %':>12} {'length':>7} {'z vs untr.':>11} {'updates':>9}")
     for name, f in (("random", random), ("untrained", untrained)):
-        print(f"{name:<13} {f['return']:>6.2f} ± {f['return_se']:.2f} {f['progression']:>6.1f} ± "
-              f"{f['progression_se']:.1f} {f['length']:>7.0f}")  # fmt: skip
+        print(f"{name:<13} {f['return']:>6.2f} ± {f['return_se']:.2f} {100 * f['progression']:>6.1f} ± "
+              f"{100 * f['progression_se']:.1f} {f['length']:>7.0f}")  # fmt: skip
     for r in rows:
         print(
-            f"{r['variant']:<13} {r['return']:>6.2f} ± {r['return_se']:.2f} {r['progression']:>6.1f} ± "
-            f"{r['progression_se']:.1f} {r['length']:>7.0f} {str(r['z_return_over_untrained']):>11} "
+            f"{r['variant']:<13} {r['return']:>6.2f} ± {r['return_se']:.2f} {100 * r['progression']:>6.1f} ± "
+            f"{100 * r['progression_se']:.1f} {r['length']:>7.0f} {str(r['z_return_over_untrained']):>11} "
             f"{str(r['updates']):>9}"
         )
 
@@ -94,6 +115,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.table:
         for variant in args.variants:
             for seed in args.seeds:
+                if variant == "verlog" and reuse_demo(path, seed, args.turns, args.out) and not args.force:
+                    continue
                 done = cells(path).get((variant, seed))
                 if done and done["config"]["run"]["total_turns"] == args.turns and not args.force:
                     continue

@@ -88,7 +88,7 @@ def figures(out: Path) -> dict[str, Any]:
     columns = {
         "return": [float(r["return"]) for r in rows],
         "achievements": [float(len(r.get("achievements", []))) for r in rows],
-        "progression": [100.0 * float(r["progression"]) for r in rows],
+        "progression": [float(r["progression"]) for r in rows],  # BALROG's, a fraction of the 22
         "length": [float(r["length"]) for r in rows],
         "invalid_action_rate": [r["invalid_actions"] / max(1, r["length"]) for r in rows],
     }
@@ -223,7 +223,7 @@ def print_outcome(console: Any, judged: dict[str, dict[str, Any]], result: dict[
     for name, f in judged.items():
         console.print(
             f"{name:>9}: return {f['return']:.2f} ± {f['return_se']:.2f}, achievements {f['achievements']:.2f} ± "
-            f"{f['achievements_se']:.2f}, progression {f['progression']:.1f} ± {f['progression_se']:.1f} %, "
+            f"{f['achievements_se']:.2f}, progression {100 * f['progression']:.1f} ± {100 * f['progression_se']:.1f} %, "
             f"length {f['length']:.0f} ± {f['length_se']:.0f}, {f['episodes']} episodes"
         )
     for key, g in result["gains"].items():

@@ -110,7 +110,8 @@ def test_a_demonstration_with_a_new_layout_is_one_line(
     table = results.headline([("learn_crafter.json", "SmolLM2, Crafter")])
     row = table.splitlines()[2]
     assert (
-        "| SmolLM2, Crafter | progression | 0.09 ± 0.01 | 0.18 ± 0.01 (seed 1)<br> (seed 2) | 1 of 2 |" == row
+        "| SmolLM2, Crafter | progression | 9.1 ± 1.0 % | 9.1 ± 1.0 % | 18.2 ± 1.2 % (seed 1)<br> (seed 2) | 1 of 2 |"
+        == row
     )
     per_seed = results.demonstrations([("learn_crafter.json", "SmolLM2, Crafter")])
     assert "10.0 min" in per_seed and "✗" in per_seed

@@ -75,7 +75,7 @@ def figure(block: Mapping[str, Any] | None) -> str:
     """A before/after block's headline figure: success in %, else progression or return, with its SE."""
     if not block:
         return ""
-    for key, percent in (("success", True), ("progression", False), ("return", False)):
+    for key, percent in (("success", True), ("progression", True), ("return", False)):
         value = _number(block.get(key))
         if value is None:
             continue
@@ -116,6 +116,7 @@ def seeds(data: Mapping[str, Any], *, earlier: bool = False) -> list[dict[str, A
             "passed": data.get("passed"),
             "initial": rate(evaluation.get("initial")),
             "trained": rate(evaluation.get("trained")),
+            "random": rate(evaluation.get("random")),
             "z": data.get("z"),
             "wall_s": data.get("wall_s"),
             "updates": data.get("updates"),
@@ -161,23 +162,27 @@ def table(header: Iterable[str], rows: Iterable[Iterable[Any]]) -> str:
 
 
 def headline(demonstrations: Iterable[tuple[str, str]] | None = None) -> str:
-    """README's results table: one row per demonstration, every seed's trained figure."""
+    """README's results table: one row per demonstration, random's and the untrained model's figure on the same
+    held-out episodes, and every seed's trained figure."""
     rows = []
     for name, title in DEMONSTRATIONS if demonstrations is None else demonstrations:
         entries = seeds(load(name))
         before = before_after(entries[0])[0] if entries else None
+        random = entries[0].get("random") if entries else None
         after = [f"{figure(before_after(e)[1])} (seed {e.get('seed')})" for e in entries]
         passed = sum(1 for e in entries if e.get("passed") is True)
         rows.append(
             [
                 title,
                 _metric(before),
+                figure(random),
                 figure(before),
                 "<br>".join(after),
                 f"{passed} of {len(entries)}",
             ]
         )
-    return table(["demonstration", "measure", "before training", "after training", "seeds passed"], rows)
+    header = ["demonstration", "measure", "random", "before training", "after training", "seeds passed"]
+    return table(header, rows)
 
 
 def demonstrations(files: Iterable[tuple[str, str]]) -> str:
