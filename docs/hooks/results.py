@@ -11,9 +11,11 @@ and ``tests/test_docs.py`` fails when it differs from what the files say.
 
 A demonstration is one line of :data:`DEMONSTRATIONS` (its results file and title). A file holds a ``seeds``
 list (and ``earlier_runs``, the runs a rerun replaced); each entry has ``seed``, ``passed``, and a before and an
-after block: ``zero_shot``/``trained`` (``benchmarks/learn_real.py``), ``initial``/``trained`` or
-``before``/``after``. A block's figure is its ``success`` (a fraction), else its ``progression`` or ``return``,
-each with ``<name>_se`` (or ``se``). A field that is missing leaves its cell empty.
+after block: ``zero_shot``/``trained`` (``benchmarks/learn_real.py``), ``initial``/``trained``,
+``untrained``/``trained`` (``benchmarks/learn_crafter.py``) or ``before``/``after``; a ``random`` block beside them
+is random's figure on the same episodes. A block's figure is its ``success`` (a fraction), else its
+``progression`` (a fraction) or ``return``, each with ``<name>_se`` (or ``se``). A field that is missing leaves
+its cell empty.
 
 Stdlib only: the tests import it without mkdocs.
 """
@@ -98,7 +100,7 @@ def _metric(block: Mapping[str, Any] | None) -> str:
 
 def before_after(entry: Mapping[str, Any]) -> tuple[Mapping[str, Any] | None, Mapping[str, Any] | None]:
     """The blocks before and after training, under whichever names the file uses."""
-    return _first(entry, "zero_shot", "initial", "before"), _first(entry, "trained", "after")
+    return _first(entry, "zero_shot", "initial", "untrained", "before"), _first(entry, "trained", "after")
 
 
 def seeds(data: Mapping[str, Any], *, earlier: bool = False) -> list[dict[str, Any]]:
@@ -208,6 +210,92 @@ def demonstrations(files: Iterable[tuple[str, str]]) -> str:
     return table(
         ["recipe", "seed", "before", "after", "gain (SE)", "invalid answers", "rollbacks", "wall", ""], rows
     )
+
+
+def _crafter_cell(block: Mapping[str, Any] | None, key: str, scale: float = 1.0, digits: int = 2) -> str:
+    value, se = _number((block or {}).get(key)), _number((block or {}).get(f"{key}_se"))
+    if value is None:
+        return ""
+    return f"{value * scale:.{digits}f}" + (f" ± {se * scale:.{digits}f}" if se is not None else "")
+
+
+def crafter(name: str = "learn_crafter.json") -> str:
+    """The Crafter judge's figures: random, the untrained and each seed's trained model on the same held-out
+    episodes (return, achievements, progression, length), the smallest gain in SEs and the training time."""
+    data = load(name)
+    entries = seeds(data)
+    rows = []
+    for label, block in (("random", entries[0].get("random")), ("untrained", before_after(entries[0])[0])):
+        rows.append(
+            [
+                label,
+                _crafter_cell(block, "return"),
+                _crafter_cell(block, "achievements"),
+                _crafter_cell(block, "progression", 100, 1),
+                _crafter_cell(block, "length", 1, 0),
+                "",
+                "",
+                "",
+            ]
+        )
+    for e in entries:
+        block, gains = e.get("trained"), e.get("gains", {})
+        z = min(
+            (_number(g.get("z")) for g in gains.values()),
+            default=None,
+            key=lambda v: v if v is not None else 0,
+        )
+        rows.append([f"{e.get('variant', 'trained')}, seed {e.get('seed')}", _crafter_cell(block, "return"),
+                     _crafter_cell(block, "achievements"), _crafter_cell(block, "progression", 100, 1),
+                     _crafter_cell(block, "length", 1, 0), f"{z:+.1f}" if z is not None else "",
+                     _minutes(e.get("train_s")), _verdict(e.get("passed"))])  # fmt: skip
+    header = ["agent", "return", "achievements", "progression %", "length", "min gain (SE)", "training", ""]
+    return table(header, rows)
+
+
+def crafter_achievements(name: str = "learn_crafter.json") -> str:
+    """Per-achievement success rates on the held-out episodes: random, untrained, and the seeds' trained mean."""
+    entries = seeds(load(name))
+    blocks = [("random", entries[0].get("random")), ("untrained", before_after(entries[0])[0])]
+    trained = [e.get("trained") or {} for e in entries]
+    names = sorted({a for _, b in blocks for a in (b or {}).get("achievement_rates", {})}
+                   | {a for b in trained for a in b.get("achievement_rates", {})})  # fmt: skip
+    rows = []
+    for a in names:
+        cells = [f"{100 * (b or {}).get('achievement_rates', {}).get(a, 0.0):.0f} %" for _, b in blocks]
+        mean = sum(b.get("achievement_rates", {}).get(a, 0.0) for b in trained) / max(1, len(trained))
+        rows.append([a, *cells, f"{100 * mean:.0f} %"])
+    return table(["achievement", "random", "untrained", f"trained (mean of {len(trained)} seeds)"], rows)
+
+
+def ablation(name: str = "learn_crafter_ablation.json") -> str:
+    """One row per ablation variant: trained return and progression over its seeds, the per-seed gain over the
+    untrained model, the updates it took at the shared turn budget."""
+    data = load(name)
+    rows = []
+    for r in data.get("table", []):
+        rows.append([f"`{r['variant']}`", ", ".join(str(s) for s in r["seeds"]),
+                     _crafter_cell(r, "return"), _crafter_cell(r, "progression", 100, 1), f"{r['length']:.0f}",
+                     ", ".join(f"{z:+.1f}" for z in r["z_return_over_untrained"]),
+                     ", ".join(str(u) for u in r["updates"])])  # fmt: skip
+    header = ["variant", "seeds", "return", "progression %", "length", "return gain (SE)", "updates"]
+    return table(header, rows)
+
+
+def long_run(name: str = "long_run.json") -> str:
+    """The hour-long run's memory and counters."""
+    data = load(name)
+    mem, counts = data["memory"], data["counters"]
+    rows = [
+        ["training", _minutes(data.get("train_s")), "updates", data.get("updates")],
+        ["resident memory, first fifth (median)", f"{mem['first_fifth_median_mb']:.0f} MB", "last fifth",
+         f"{mem['last_fifth_median_mb']:.0f} MB ({100 * mem['growth']:+.1f} %)"],
+        ["episodes ended", f"{counts['episodes_ended']:.0f}", "truncated by the step limit",
+         f"{counts['episodes_truncated']:.0f}"],
+        ["prompts cut to fit", f"{counts['prompt_cuts']:.0f}", "episodes carried over a window edge (mean)",
+         f"{counts['mean_episodes_running_at_window_edge']:.1f}"],
+    ]  # fmt: skip
+    return table(["", "", "", ""], rows)
 
 
 def runs() -> str:
@@ -410,6 +498,10 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "prompts": prompts,
     "first_moves": first_moves,
     "rollout_smollm2": rollout_smollm2,
+    "crafter": crafter,
+    "crafter_achievements": crafter_achievements,
+    "ablation": ablation,
+    "long_run": long_run,
 }
 
 
