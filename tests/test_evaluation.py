@@ -18,7 +18,7 @@ from verlog.evaluation.agents import EvalError, OracleAgent, RandomAgent, Turn, 
 from verlog.evaluation.command import add_eval_command, default_out, main, run_eval
 from verlog.evaluation.runner import EnvSettings, EpisodeLog, play
 from verlog.evaluation.scoring import overall
-from verlog.evaluation.suites import episode_seed, game_of, resolve_suite, short_name
+from verlog.evaluation.suites import SUITES, episode_seed, game_of, resolve_suite, short_name
 from verlog.vector import sub_env_info
 
 GOTO, PICKUP = "verlog/BabyAI-GoTo-v0", "verlog/BabyAI-Pickup-v0"
@@ -230,10 +230,24 @@ def test_cli_command_and_its_errors(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert all(r["length"] <= 5 for r in _records(out))
     bad = parser.parse_args(["eval", "random", "--suite", "verlog/BabyAI-Goto-v0", "--quiet"])
     assert run_eval(bad) == 2
-    assert "did you mean" in capsys.readouterr().err
+    assert "did you mean 'verlog/BabyAI-GoTo-v0'" in capsys.readouterr().err
+    typo = parser.parse_args(["eval", "random", "--suite", "balrgo", "--quiet"])
+    assert run_eval(typo) == 2
+    err = capsys.readouterr().err
+    assert "no suite or env id 'balrgo' (did you mean 'balrog'?)" in err and len(err.splitlines()) == 1
+    assert f"suites: {', '.join(SUITES)};" in err and "`verlog list`" in err
     wrong = parser.parse_args(["eval", "random", "--suite", GOTO, "--quiet", "--env-kwargs", "{ speed = 3 }"])
     assert run_eval(wrong) == 2
     assert "speed" in capsys.readouterr().err
+
+
+def test_eval_help_lists_every_suite(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())  # argparse wraps the help
+    suites = text.split("--suite SUITE ", 1)[1].split("--episodes", 1)[0]  # the option, not the usage
+    assert [name for name in SUITES if f"{name} (" not in suites] == []
+    assert "balrog (all 56)" in suites and "babaisai (40 tasks)" in suites
 
 
 # ---------------------------------------------------------------------------------------------- models

@@ -24,7 +24,6 @@ Two things are added to Gymnasium's classes, nothing else changes:
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import importlib
 import inspect
 import time
@@ -36,6 +35,7 @@ import gymnasium as gym
 from gymnasium.envs.registration import load_env_creator, registry
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
+from verlog.hints import did_you_mean
 from verlog.memory import MEMORIES, wrap_memory
 from verlog.replay import EpisodeRecorder
 from verlog.workers import WatchedPipe, stop_workers, watched_worker
@@ -335,8 +335,7 @@ def check_env_kwargs(env_id: str, env_kwargs: Mapping[str, Any]) -> None:
         module, env_id = env_id.split(":", 1)
         importlib.import_module(module)
     if env_id not in registry:
-        close = difflib.get_close_matches(env_id, list(registry), n=3)
-        hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+        hint = f"; {close}" if (close := did_you_mean(env_id, registry)) else ""
         raise gym.error.UnregisteredEnv(
             f"no env registered with id {env_id!r}{hint} (`verlog list` lists them)"
         )
