@@ -9,6 +9,7 @@ import pytest
 from accelerate import Accelerator
 from rich.console import Console
 
+from verlog.runkit.distributed import Distributed
 from verlog.runkit.logger import CELL, COLUMNS, RunLogger, fitting_columns
 
 ESSENTIALS = ("upd", "turns", "turn/s", "return", "success", "invalid", "pg_loss", "v_loss", "kl")
@@ -63,6 +64,21 @@ def _cells(line: str) -> list[str]:
 
 def test_a_wide_console_shows_every_column() -> None:
     assert fitting_columns(170) == list(COLUMNS)
+
+
+def test_a_run_written_to_a_file_fits_80_columns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Output to a file or pipe (here pytest's capture) is 80 columns wide unless $COLUMNS says otherwise."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    logger = RunLogger(tmp_path, Accelerator(cpu=True), total=3, console=True)
+    try:
+        assert not logger.console.is_terminal and logger.console.width == 80
+        assert {h for _, h, _, _ in logger.columns} == {*ESSENTIALS, "entropy"}
+    finally:
+        logger.close()
+    monkeypatch.setenv("COLUMNS", "120")
+    wide = RunLogger(tmp_path, Accelerator(cpu=True), total=3, console=True)
+    wide.close()
+    assert wide.console.width == 120
 
 
 def test_the_run_ends_on_a_summary_panel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -126,3 +142,10 @@ def test_the_libraries_notices_go_to_the_run_log(tmp_path: Path) -> None:
         "Removed shared tensor",
     ):
         assert line in log, line  # what came before the run folder existed too
+
+
+def test_the_setup_line_says_processes_device_engine_and_precision_in_plain_words() -> None:
+    accelerator = Accelerator(cpu=True)
+    assert Distributed(accelerator, accelerator, None, False, 0).describe() == "1 process on cpu, fp32"
+    zero3 = Distributed(accelerator, accelerator, None, True, 3)
+    assert zero3.describe() == "1 process on cpu, DeepSpeed ZeRO-3, fp32"

@@ -15,7 +15,8 @@ __all__ = ["COLUMNS", "RunLogger", "flat_hyperparameters", "tracker_init_kwargs"
 
 #: The console table: (metric, header, format, priority). Every name is the one used in metrics.jsonl and
 #: trackers. Priority 0 columns are always shown; the others join, lowest number first, while the row still
-#: fits the console's width (80 columns show the essentials, 120 most, a log file all).
+#: fits the console's width (80 columns, also a log file's, show the essentials and entropy; 120 most). The
+#: rest are in metrics.jsonl.
 COLUMNS = (
     ("update", "upd", "{:.0f}", 0),
     ("global_step", "turns", "{:.0f}", 0),
@@ -81,9 +82,7 @@ class RunLogger:
             )
 
             if not isinstance(console, Console):
-                console = Console()
-                if not console.is_terminal:  # a log file: no need to fit 80 columns
-                    console = Console(width=170)
+                console = Console()  # the terminal's width; a file or pipe gets $COLUMNS, else 80
             self.console = console
             self.columns = fitting_columns(console.width)
             self.progress = Progress(
