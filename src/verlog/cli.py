@@ -15,7 +15,9 @@ its arguments; ``main`` builds the argparse parser from the registry. To add one
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
+import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -106,12 +108,30 @@ def list_command(args: argparse.Namespace) -> int:
     import gymnasium as gym
 
     del args
-    ids = _verlog_ids()
-    width = max((len(env_id) for env_id in ids), default=0)
-    for env_id in ids:
-        description = getattr(gym.registry[env_id], "description", "")
-        print(f"{env_id:<{width}}  {description}".rstrip())
+    rows = [(env_id, getattr(gym.registry[env_id], "description", "")) for env_id in _verlog_ids()]
+    for line in _id_table(rows, shutil.get_terminal_size().columns):  # $COLUMNS, the terminal's, else 80
+        print(line)
     return 0
+
+
+def _id_table(rows: list[tuple[str, str]], width: int) -> list[str]:
+    """``id  description`` lines within ``width`` columns, the description column placed where the table is
+    shortest: a longer description wraps in its column, and a longer id (BabaIsAI's longest level families)
+    takes a line of its own above its description."""
+
+    def table(column: int) -> list[str]:
+        lines = []
+        for name, description in rows:
+            wrapped = textwrap.wrap(description, width - column - 2) or [""]
+            if len(name) <= column:
+                lines.append(f"{name:<{column}}  {wrapped.pop(0)}".rstrip())
+            else:
+                lines.append(name)
+            lines.extend(" " * (column + 2) + part for part in wrapped)
+        return lines
+
+    columns = sorted({len(name) for name, _ in rows if len(name) <= width - 22}) or [max(width - 22, 0)]
+    return min((table(column) for column in columns), key=len)
 
 
 # ---------------------------------------------------------------------------------------------- verlog play
