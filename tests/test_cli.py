@@ -258,3 +258,14 @@ def test_a_reader_that_leaves_early_is_not_an_error(command: list[str]) -> None:
     _, err = process.communicate(timeout=120)
     assert process.returncode == 0, err.decode(errors="replace")
     assert b"BrokenPipeError" not in err and b"Traceback" not in err
+
+
+@pytest.mark.parametrize("word", ["q", "quit", "exit", " Quit "])
+@pytest.mark.parametrize("raw", [False, True])
+def test_play_quits_on_q_quit_and_exit(
+    word: str, raw: bool, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    typed = f"right\n{word}\nright\n"  # one step, then the word: nothing after it is played
+    out = _play(monkeypatch, capsys, typed, TOY_ID, "--seed", "0", *(["--raw"] if raw else []))
+    assert "q quits" in out and "Observation (step 1)" in out and "Observation (step 2)" not in out
+    assert out.rstrip().endswith("Bye.") and "not an action" not in out and "Traceback" not in out
