@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -98,6 +99,31 @@ def test_the_run_ends_on_a_summary_panel(tmp_path: Path, monkeypatch: pytest.Mon
     assert "  verlog report runs/tiny-0001\n" in text
     assert "  verlog eval runs/tiny-0001 --suite verlog/BabyAI-GoTo-v0 --episodes 10\n" in text
     assert "PPO ━" not in text.splitlines()[-1]  # not the progress bar
+
+
+def test_the_closing_panel_shows_the_first_to_last_trend_and_the_presets_note(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    for name in ("tiny-0001", "tiny-0002"):
+        (tmp_path / "runs" / name).mkdir(parents=True)
+    logger, console = _logger(Path("runs/tiny-0001"), 80, total=10)
+    for update in range(10):  # success 0.1 -> 1.0, invalid 0.9 -> 0.0 (one update without episodes)
+        success = math.nan if update == 1 else (update + 1) / 10
+        row = {**METRICS, "env/success": success, "env/invalid_action_rate": 0.9 - update / 10}
+        logger.log({**row, "update": float(update + 1)}, step=update)
+    logger.summary(updates=10, turns=960, env_id="verlog/BabyAI-GoTo-v0", note="a tiny preset's word")
+    logger.close()
+    text = console.export_text()
+    assert all(len(line) <= 80 for line in text.splitlines())
+    # means of updates 1-5 (0.1, 0.3, 0.4, 0.5: the update without episodes left out) and 6-10
+    assert "first→last  success 0.33 → 0.80, invalid 0.70 → 0.20, entropy 6.2 → 6.2" in text
+    assert text.rstrip().endswith("note: a tiny preset's word")
+    short, console = _logger(Path("runs/tiny-0002"), 80)
+    for update in range(3):
+        short.log({**METRICS, "update": float(update + 1)}, step=update)
+    short.summary(updates=3, turns=96, env_id="verlog/BabyAI-GoTo-v0")
+    assert "first→last" not in console.export_text() and "note:" not in console.export_text()
 
 
 QUIET_SCRIPT = """

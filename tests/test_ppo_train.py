@@ -113,6 +113,10 @@ def test_two_updates_through_the_script(tmp_path: Path) -> None:
     shown = done.stdout + done.stderr
     assert "critic head initialised fresh" in shown
     assert "PPO run finished" in done.stdout and f"verlog report {run_dir}" in done.stdout
+    # The preset's closing note: a newcomer's first run says what it showed and where to watch one learn.
+    assert done.stdout.rstrip().endswith(
+        "note: machinery check (random model); for learning: --config envs/quick.toml"
+    )
     for noise in ("LOAD REPORT", "Removed shared tensor", "Setting accelerator", "it/s]"):
         assert noise not in shown, noise
     log = (run_dir / "console.log").read_text()

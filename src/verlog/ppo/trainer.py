@@ -256,7 +256,12 @@ class Trainer(TrainerCheckpoints):
                         )
                 if last:
                     break
-            self.logger.summary(updates=self.update, turns=self.global_step, env_id=self.config.env.id)
+            self.logger.summary(
+                updates=self.update,
+                turns=self.global_step,
+                env_id=self.config.env.id,
+                note=self.config.run.note,
+            )
         finally:
             self.logger.close()
             self.envs.close()
