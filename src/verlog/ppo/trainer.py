@@ -35,7 +35,7 @@ from verlog.ppo.storage import TurnStorage
 from verlog.ppo.trainer_checkpoint import TrainerCheckpoints
 from verlog.ppo.update import ppo_update
 from verlog.ppo.watchdog import Watchdog
-from verlog.quiet import attach_run_log
+from verlog.quiet import attach_run_log, detail
 from verlog.runkit.distributed import init_processes, merge_process_metrics, setup
 from verlog.runkit.faults import Diverged, Guard
 from verlog.runkit.folder import CONFIG_FILE, latest_checkpoint, mark_best, new_run_dir
@@ -150,7 +150,10 @@ class Trainer(TrainerCheckpoints):
             console=config.run.console,
             start=self.update,
         )
-        self.logger.print(f"processes: {self.dist.describe()}; sampler: {backend} ({reason})")
+        self.logger.print(f"setup: {self.dist.describe()}, {backend} sampler")
+        detail(
+            f"setup, why: {self.dist.precision} ({self.dist.precision_reason}); {backend} sampler ({reason})"
+        )
         if not algo.critic:
             skipped = ", no critic pre-training" if ppo.critic_warmup_iters else ""
             self.logger.print(
@@ -259,7 +262,12 @@ class Trainer(TrainerCheckpoints):
                         )
                 if last:
                     break
-            self.logger.summary(updates=self.update, turns=self.global_step, env_id=self.config.env.id)
+            self.logger.summary(
+                updates=self.update,
+                turns=self.global_step,
+                env_id=self.config.env.id,
+                note=self.config.run.note,
+            )
         finally:
             self.logger.close()
             self.envs.close()

@@ -142,15 +142,23 @@ class Distributed:
         return self.actor.num_processes
 
     def describe(self) -> str:
-        """One line for the log: how many processes, on what, with which engine."""
-        kind = self.actor.distributed_type.value  # NO, MULTI_CPU, MULTI_GPU, ...
+        """The setup in plain words for the console, e.g. ``1 process on cpu, fp32`` or ``2 processes on
+        cuda, DeepSpeed ZeRO-3, bf16`` (why this precision: :attr:`precision_reason`)."""
+        count = self.num_processes
+        engine = self.actor.distributed_type.value  # NO, MULTI_CPU, MULTI_GPU, FSDP, ...
         if self.deepspeed:
-            kind = f"DeepSpeed ZeRO-{self.zero_stage}"
-        precision = self.actor.mixed_precision
-        return (
-            f"{self.num_processes} process(es), {kind}, device {self.actor.device}, "
-            f"precision {precision} ({self.precision_reason})"
-        )
+            engine = f"DeepSpeed ZeRO-{self.zero_stage}"
+        elif engine == "NO":
+            engine = ""
+        elif engine.startswith("MULTI_"):
+            engine = "DDP"
+        where = f"{count} process{'es' if count > 1 else ''} on {self.actor.device.type}"
+        return ", ".join(part for part in (where, engine, self.precision) if part)
+
+    @property
+    def precision(self) -> str:
+        """The compute precision: fp32, bf16 or fp16 (accelerate's mixed_precision, whose fp32 is "no")."""
+        return {"no": "fp32"}.get(self.actor.mixed_precision, self.actor.mixed_precision)
 
     @property
     def zero3(self) -> bool:
