@@ -3,7 +3,7 @@
     nox -s ablation_crafter                                   # every variant x seeds 1 2, missing cells only
     python benchmarks/ablation_crafter.py [--seeds 1 2] [--variants verlog grpo] [--turns 40960] [--table]
 
-Variants (``learn_crafter.VARIANTS``), each trained from the same preset for the same number of turns played
+Variants (``learn_crafter.ABLATION``), each trained from the same preset for the same number of turns played
 (``run.total_turns``, critic pre-training's turns included) and judged on the same held-out episodes:
 
 - ``verlog``: the preset as it is (window-edge bootstrap, critic pre-training, dual-discount GAE);
@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from learn_crafter import RESULTS, VARIANTS, mean_se
+from learn_crafter import ABLATION, RESULTS, mean_se
 
 STEM = "learn_crafter_ablation"
 
@@ -105,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--variants", nargs="+", choices=sorted(VARIANTS), default=list(VARIANTS))
+    parser.add_argument("--variants", nargs="+", choices=ABLATION, default=list(ABLATION))
     parser.add_argument("--turns", type=int, default=40_960, help="turns played per run, every variant")
     parser.add_argument("--force", action="store_true", help="rerun cells already in the results file")
     parser.add_argument("--table", action="store_true", help="only print the table from the results file")
@@ -131,7 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not entries:
         print(f"no results in {path}")
         return 1
-    rows = table(entries, list(VARIANTS))
+    rows = table(entries, list(ABLATION))
     any_entry = next(iter(entries.values()))
     print_table(rows, any_entry["untrained"], any_entry["random"])
     summary = json.loads(path.read_text())
