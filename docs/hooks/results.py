@@ -35,6 +35,7 @@ RESULTS = ROOT / "benchmarks" / "results"
 #: The demonstrations README's headline table and the results page show: (results file, title). One line each.
 DEMONSTRATIONS: list[tuple[str, str]] = [
     ("learn.json", "Tiny random model, BabyAI GoTo (`nox -s learn`)"),
+    ("learn_crafter.json", "Tiny random model, Crafter, ~170-turn episodes (`nox -s learn_crafter`)"),
     ("learn_real.json", "SmolLM2-135M, BabyAI GoTo in a 5×5 room (`nox -s learn_real`)"),
     ("learn_goto.json", "SmolLM2-135M, BALROG's GoTo through a curriculum (`nox -s learn_goto`)"),
     (
@@ -53,7 +54,7 @@ OTHER_RECIPES: list[tuple[str, str]] = [
 ]
 
 MARKER = re.compile(r"^([ \t]*)<!-- results: ([a-z0-9_]+) -->[ \t]*$", re.MULTILINE)
-README_BLOCK = re.compile(r"(<!-- results: headline -->\n).*?(<!-- /results -->)", re.DOTALL)
+README_BLOCK = re.compile(r"(<!-- results: ([a-z0-9_]+) -->\n).*?(<!-- /results -->)", re.DOTALL)
 
 
 # ---------------------------------------------------------------------------------------------- reading
@@ -219,6 +220,12 @@ def _crafter_cell(block: Mapping[str, Any] | None, key: str, scale: float = 1.0,
     return f"{value * scale:.{digits}f}" + (f" ± {se * scale:.{digits}f}" if se is not None else "")
 
 
+def _load(entry: Mapping[str, Any]) -> str:
+    """`` (load A–B)``: the 1-minute load average when the run started and ended, on a 2-core machine."""
+    load = entry.get("load_average")
+    return f" (load {load[0]:.1f}–{load[1]:.1f})" if isinstance(load, list) and len(load) == 2 else ""
+
+
 def crafter(name: str = "learn_crafter.json") -> str:
     """The Crafter judge's figures: random, the untrained and each seed's trained model on the same held-out
     episodes (return, achievements, progression, length), the smallest gain in SEs and the training time."""
@@ -248,8 +255,17 @@ def crafter(name: str = "learn_crafter.json") -> str:
         rows.append([f"{e.get('variant', 'trained')}, seed {e.get('seed')}", _crafter_cell(block, "return"),
                      _crafter_cell(block, "achievements"), _crafter_cell(block, "progression", 100, 1),
                      _crafter_cell(block, "length", 1, 0), f"{z:+.1f}" if z is not None else "",
-                     _minutes(e.get("train_s")), _verdict(e.get("passed"))])  # fmt: skip
-    header = ["agent", "return", "achievements", "progression %", "length", "min gain (SE)", "training", ""]
+                     _minutes(e.get("train_s")) + _load(e), _verdict(e.get("passed"))])  # fmt: skip
+    header = [
+        "agent",
+        "return",
+        "achievements",
+        "progression %",
+        "length",
+        "min gain (SE)",
+        "training (load)",
+        "",
+    ]
     return table(header, rows)
 
 
@@ -277,9 +293,39 @@ def ablation(name: str = "learn_crafter_ablation.json") -> str:
         rows.append([f"`{r['variant']}`", ", ".join(str(s) for s in r["seeds"]),
                      _crafter_cell(r, "return"), _crafter_cell(r, "progression", 100, 1), f"{r['length']:.0f}",
                      ", ".join(f"{z:+.1f}" for z in r["z_return_over_untrained"]),
-                     ", ".join(str(u) for u in r["updates"])])  # fmt: skip
-    header = ["variant", "seeds", "return", "progression %", "length", "return gain (SE)", "updates"]
+                     ", ".join(f"{z:+.1f}" for z in r.get("z_return_over_random", [])),
+                     ", ".join(str(u) for u in r["updates"]), ", ".join(_verdict(p) for p in r.get("passed", []))])  # fmt: skip
+    header = ["variant", "seeds", "return", "progression %", "length", "return gain (SE) over untrained",
+              "over random", "updates", "passed"]  # fmt: skip
     return table(header, rows)
+
+
+def crafter_reading(name: str = "learn_crafter_ablation.json") -> str:
+    """What each piece buys, in one sentence per variant, read off the ablation table against ``verlog``'s row."""
+    rows = {r["variant"]: r for r in load(name).get("table", [])}
+    base = rows.get("verlog")
+    if base is None:
+        return ""
+    words = {
+        "no-bootstrap": "Without the window-edge bootstrap",
+        "no-warmup": "Without critic pre-training",
+        "grpo": "With GRPO, which must wait for whole episodes,",
+        "entropy": "With the entropy bonus",
+    }
+    lines = []
+    for variant, lead in words.items():
+        r = rows.get(variant)
+        if r is None:
+            continue
+        gap = r["return"] - base["return"]
+        se = math.sqrt((r.get("return_se") or 0.0) ** 2 + (base.get("return_se") or 0.0) ** 2)
+        seeds = len(r["seeds"])
+        lines.append(
+            f"- {lead} the trained return was {r['return']:.2f} against {base['return']:.2f} "
+            f"({gap:+.2f}{f' ± {se:.2f} over seeds' if se and math.isfinite(se) else ''}; "
+            f"{seeds} seed{'s' if seeds > 1 else ''}, {', '.join(str(u) for u in r['updates'])} updates)."
+        )
+    return "\n".join(lines)
 
 
 def long_run(name: str = "long_run.json") -> str:
@@ -501,6 +547,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "crafter": crafter,
     "crafter_achievements": crafter_achievements,
     "ablation": ablation,
+    "crafter_reading": crafter_reading,
     "long_run": long_run,
 }
 
@@ -524,10 +571,11 @@ def expand(markdown: str) -> str:
 
 
 def readme_block(text: str) -> str:
-    """README's text with its headline block rewritten from the results files."""
-    if not README_BLOCK.search(text):
+    """README's text with each ``<!-- results: NAME -->`` ... ``<!-- /results -->`` block (the headline table
+    first) rewritten from the results files."""
+    if "<!-- results: headline -->" not in text or not README_BLOCK.search(text):
         raise ValueError("README.md has no '<!-- results: headline -->' ... '<!-- /results -->' block")
-    return README_BLOCK.sub(lambda m: m.group(1) + headline() + "\n" + m.group(2), text)
+    return README_BLOCK.sub(lambda m: m.group(1) + render(m.group(2)) + "\n" + m.group(3), text)
 
 
 # ------------------------------------------------------------------------------------------ mkdocs hooks
