@@ -18,9 +18,11 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
+import time
 import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -123,7 +125,37 @@ def init_processes(timeout: float | None = None) -> Any:
             "(on a machine with GPUs, hide them with CUDA_VISIBLE_DEVICES=)"
         )
     _import_before_zero_init()
-    return PartialState(backend="gloo", **kwargs) if _cpu_run() else PartialState(**kwargs)
+    if _cpu_run():
+        warn_stale_extension_lock()
+        return PartialState(backend="gloo", **kwargs)
+    return PartialState(**kwargs)
+
+
+#: A lock this old is not a compile in progress (DeepSpeed's CPU op compiles in ~30-90 s).
+STALE_LOCK_S = 600
+
+
+def warn_stale_extension_lock(now: float | None = None) -> Path | None:
+    """Warn when a killed compile left DeepSpeed's CPU communication op locked, and return the lock.
+
+    DeepSpeed on CPUs compiles a small shared-memory op on its first launch (torch's JIT extensions). torch
+    marks a compile in progress with a plain ``lock`` file; a compile that is killed leaves it behind, and
+    every later launch then waits for it forever, silently. Warning names the file to delete.
+    """
+    from torch.utils.cpp_extension import get_default_build_root
+
+    root = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root())
+    now = time.time() if now is None else now
+    for lock in sorted(root.glob("*/deepspeed_shm_comm/lock")):
+        if now - lock.stat().st_mtime > STALE_LOCK_S:
+            warnings.warn(
+                f"{lock} is {int(now - lock.stat().st_mtime) // 60} minutes old: a compile of DeepSpeed's CPU "
+                "op was killed and left it, and this launch will wait for it forever; stop the launch, "
+                f"delete it (rm {lock}) and launch again",
+                stacklevel=2,
+            )
+            return lock
+    return None
 
 
 @dataclass
