@@ -32,6 +32,7 @@ from learn import load_preset, machine, update_records
 
 from verlog.pipes import closed_pipe_ok
 from verlog.quiet import quiet_console
+from verlog.runkit.folder import CONFIG_FILE
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -144,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "updates": len(records),
         "memory": health,
         "counters": counts,
-        "config": json.loads(json.dumps(load_preset(parser, run_dir / "config.toml", []).to_dict())),
+        "config": json.loads(json.dumps(load_preset(parser, run_dir / CONFIG_FILE, []).to_dict())),
         "curve": [
             {
                 k: r.get(k)
