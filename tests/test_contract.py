@@ -71,6 +71,8 @@ def _check_info(info: dict[str, Any], *, at_reset: bool, free_text: bool = False
         assert isinstance(info["executed_action"], str) and info["executed_action"]
     assert isinstance(info["progression"], float) and 0.0 <= info["progression"] <= 1.0
     assert isinstance(info["invalid_actions"], int) and info["invalid_actions"] >= 0
+    goal = info["goal"]  # one sentence; prompts put it after their own "Goal: " label
+    assert isinstance(goal, str) and goal.strip() and not goal.lower().startswith("goal"), goal
 
 
 def _contract_view(info: dict[str, Any]) -> tuple[Any, ...]:

@@ -287,7 +287,8 @@ class MiniHackTextEnv(_NLETextEnv):
         return 1.0 if self._won else 0.0
 
     def _goal(self) -> str:
-        return f"Goal: {MINIHACK_TASKS[self.task]}."
+        task = MINIHACK_TASKS[self.task]
+        return task[:1].upper() + task[1:] + "."
 
     def _instruction(self) -> str:
         return (
