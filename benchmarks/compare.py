@@ -38,9 +38,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from verlog.ppo.validate import validate
 from verlog.quiet import attach_run_log, quiet_console
 from verlog.runkit.folder import METRICS_FILE
+from verlog.runkit.validate import validate
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -71,7 +71,7 @@ LABELS = {
 
 def run_one(method: str, seed: int, turns: int, config: Path, out: Path, overrides: Sequence[str]) -> int:
     """Train one method and seed up to the turn budget in this process; write ``result.json`` in the run."""
-    from verlog.ppo.config import load_config
+    from verlog.config import load_config
 
     config_ = load_config(
         config,
@@ -253,8 +253,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     attach_run_log(args.runs, file_name="compare.log")  # this process's own library notices
     started = time.perf_counter()
     if not args.table_only:
+        from verlog.config import load_config
         from verlog.models.sources import resolve_model_path
-        from verlog.ppo.config import load_config
 
         preset = load_config(args.config, [*COMMON, *args.overrides])
         resolve_model_path(preset.model, preset.env)  # built once here, not by two runs at once

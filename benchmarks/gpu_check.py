@@ -60,12 +60,12 @@ from rich.console import Console
 from rich.table import Table
 from update import QWEN25_05B, base_overrides, build_real
 
+from verlog.config import Config, load_config
 from verlog.evaluation.output import machine
 from verlog.models.sources import resolve_model_path
 from verlog.pipes import closed_pipe_ok
-from verlog.ppo.config import Config, load_config
-from verlog.ppo.validate import validate
 from verlog.quiet import quiet_console
+from verlog.runkit.validate import validate
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"

@@ -305,8 +305,8 @@ def _print_evaluation(console: Any, evaluation: dict[str, dict[str, float]], jud
 def load_preset(parser: argparse.ArgumentParser, path: Path, overrides: Sequence[str]) -> Any:
     """The preset with its overrides, derived and checked as ``agents/ppo.py`` checks it; a bad one ends the
     script with the parser's one-line error before any model loads."""
-    from verlog.ppo.config import ConfigError, load_config
-    from verlog.ppo.validate import validate
+    from verlog.config import ConfigError, load_config
+    from verlog.runkit.validate import validate
 
     try:
         config = load_config(path, overrides)
@@ -355,7 +355,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from rich.console import Console
 
-    from verlog.ppo.config import load_config
+    from verlog.config import load_config
 
     console = Console()
     if args.rejudge is not None:

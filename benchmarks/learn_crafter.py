@@ -255,7 +255,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from rich.console import Console
 
-    from verlog.ppo.config import load_config
+    from verlog.config import load_config
 
     console = Console(soft_wrap=True)
     started, load_start = time.perf_counter(), os.getloadavg()[0]

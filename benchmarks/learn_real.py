@@ -375,8 +375,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from rich.console import Console
 
+    from verlog.config import load_config
     from verlog.models.sources import resolve_model_path
-    from verlog.ppo.config import load_config
 
     console = Console(soft_wrap=True)  # a figure line is never broken mid-number in a log file
     if args.rejudge is not None:

@@ -38,17 +38,17 @@ from rich.console import Console
 from rich.table import Table
 
 import verlog
+from verlog.config import Config, ConfigError, load_config
 from verlog.envs import prompt_examples
 from verlog.evaluation.output import machine
 from verlog.models.loading import load_models
 from verlog.models.prompts import PromptBuilder
 from verlog.models.sources import resolve_model_path
 from verlog.pipes import closed_pipe_ok
-from verlog.ppo.config import Config, ConfigError, load_config
 from verlog.ppo.rollout import Rollout
 from verlog.ppo.storage import TurnStorage
-from verlog.ppo.validate import validate
 from verlog.quiet import attach_run_log, quiet_console
+from verlog.runkit.validate import validate
 from verlog.sampling import TransformersSampler
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -340,8 +340,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from verlog.ppo.config import ConfigError, load_config
-    from verlog.ppo.validate import validate
+    from verlog.config import ConfigError, load_config
+    from verlog.runkit.validate import validate
 
     for setting in grid:  # every setting must load and derive before anything starts
         try:

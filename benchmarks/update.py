@@ -35,11 +35,11 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+from verlog.config import Config, ConfigError, load_config
 from verlog.evaluation.output import machine
 from verlog.pipes import closed_pipe_ok
-from verlog.ppo.config import Config, ConfigError, load_config
-from verlog.ppo.validate import validate
 from verlog.quiet import quiet_console
+from verlog.runkit.validate import validate
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"

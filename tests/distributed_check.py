@@ -16,8 +16,8 @@ from pathlib import Path
 
 import torch
 
+from verlog.config import load_config
 from verlog.models.weights import weights_checksum
-from verlog.ppo.config import load_config
 from verlog.ppo.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]

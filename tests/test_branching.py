@@ -13,15 +13,15 @@ import torch
 from toy_env import TOY_ID
 
 import verlog
+from verlog.config import AlgoConfig, ConfigError, load_config
 from verlog.models.loading import load_models
 from verlog.models.prompts import PromptBuilder
 from verlog.models.tiny import build_tiny
 from verlog.ppo.batches import make_batches
 from verlog.ppo.branching import Brancher, branch_advantages, branch_width, offered_actions, try_actions
-from verlog.ppo.config import AlgoConfig, ConfigError, load_config
 from verlog.ppo.group_rollout import GroupRollout
 from verlog.ppo.storage import GroupStorage
-from verlog.ppo.validate import validate
+from verlog.runkit.validate import validate
 from verlog.sampling import TransformersSampler
 
 GOTO_WIN = "verlog/BabaIsAI-goto_win-v0"

@@ -17,6 +17,7 @@ import torch
 from toy_env import TOY_ID
 
 import verlog
+from verlog.config import AlgoConfig, ConfigError, load_config
 from verlog.envs.base import STATE_KEY
 from verlog.memory import MEMORIES, RAW_KEY, wrap_memory
 from verlog.models.loading import load_models
@@ -30,11 +31,10 @@ from verlog.ppo.advantages import (
     episode_advantages,
     group_advantages,
 )
-from verlog.ppo.config import AlgoConfig, ConfigError, load_config
 from verlog.ppo.group_rollout import GroupRollout, anchor_of
 from verlog.ppo.storage import GroupStorage
 from verlog.ppo.trainer import Trainer
-from verlog.ppo.validate import anchor_problem, validate
+from verlog.runkit.validate import anchor_problem, validate
 from verlog.sampling import TransformersSampler
 
 ROOT = Path(__file__).resolve().parents[1]

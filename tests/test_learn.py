@@ -273,7 +273,7 @@ def test_the_real_model_results_keep_every_seed_and_rerunning_a_seed_replaces_it
 
 def test_the_real_model_judge_plays_the_panels_task() -> None:
     """With a curriculum training on easier stages, the judge and the zero-shot baseline play the panel's task."""
-    from verlog.ppo.config import load_config
+    from verlog.config import load_config
 
     real = _learn_real()
     goto = load_config(ROOT / "envs" / "learn_goto.toml")
@@ -287,7 +287,7 @@ def test_the_real_model_judge_plays_the_panels_task() -> None:
 def test_the_real_model_judge_decodes_as_the_panel_does() -> None:
     """Sampled at the training temperature by default; greedy (BALROG's leaderboard setting) with
     ``panel.greedy = true``, so the judged figures and the panel's curve are the same kind of number."""
-    from verlog.ppo.config import load_config
+    from verlog.config import load_config
 
     real = _learn_real()
     config = load_config(ROOT / "envs" / "learn_babaisai_gigpo.toml")

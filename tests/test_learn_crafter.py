@@ -69,8 +69,8 @@ def test_a_seed_passes_only_above_both_baselines_on_both_figures(judge) -> None:
 
 def test_every_variant_is_a_valid_preset_override(judge) -> None:
     """Each ablation variant's overrides load and validate against the demonstration's preset."""
-    from verlog.ppo.config import load_config
-    from verlog.ppo.validate import validate
+    from verlog.config import load_config
+    from verlog.runkit.validate import validate
 
     for variant, overrides in judge.VARIANTS.items():
         config = load_config(ROOT / "envs" / "learn_crafter.toml", overrides)

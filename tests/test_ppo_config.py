@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from verlog.ppo.config import Config, ConfigError, describe, load_config
-from verlog.ppo.validate import problems, validate
+from verlog.config import Config, ConfigError, describe, load_config
+from verlog.runkit.validate import problems, validate
 
 ROOT = Path(__file__).resolve().parents[1]
 PRESETS = sorted((ROOT / "envs").glob("*.toml"))

@@ -10,9 +10,9 @@ import torch
 from accelerate import Accelerator
 from toy_env import TOY_ID
 
+from verlog.config import PPOConfig
 from verlog.models.loading import load_models
 from verlog.models.tiny import build_tiny
-from verlog.ppo.config import PPOConfig
 from verlog.ppo.forward import actor_logprobs
 from verlog.ppo.rollout import score
 from verlog.ppo.storage import TurnStorage

@@ -220,7 +220,7 @@ def _make_agent(
     api: Any = None,
 ) -> tuple[Agent, Any]:
     """The agent, and the learner's configuration its prompts and memory come from."""
-    from verlog.ppo.config import ConfigError, load_config
+    from verlog.config import ConfigError, load_config
 
     source = None
     if spec not in BASELINES and api is None:

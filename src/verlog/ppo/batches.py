@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from verlog.config import Config
 from verlog.models.prompts import PromptBuilder
 from verlog.ppo.branching import Brancher, branch_width
-from verlog.ppo.config import Config
 from verlog.ppo.group_rollout import GroupRollout
 from verlog.ppo.rollout import Rollout
 from verlog.ppo.storage import GroupStorage, TurnStorage

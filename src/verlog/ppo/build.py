@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 
+from verlog.config import Config
 from verlog.models.loading import AdapterDisabled, LoraSpec, load_actor, load_critic, load_reference
-from verlog.ppo.config import Config
 
 __all__ = ["Models", "adamw", "build_models"]
 

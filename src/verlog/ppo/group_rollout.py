@@ -18,11 +18,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from verlog.config import AlgoConfig
 from verlog.envs.base import STATE_KEY
 from verlog.memory import RAW_KEY
 from verlog.ppo.advantages import GroupAdvantages, group_advantages
 from verlog.ppo.branching import Brancher
-from verlog.ppo.config import AlgoConfig
 from verlog.ppo.rollout import Rollout
 from verlog.ppo.storage import GroupStorage, TurnStorage
 from verlog.runkit.samples import family_of

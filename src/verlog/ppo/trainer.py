@@ -21,26 +21,26 @@ from typing import Any
 import psutil  # accelerate's dependency
 import torch
 
+from verlog.config import Config
+from verlog.evaluation.panel import play_panel
 from verlog.models.loading import LoraSpec, load_tokenizer
 from verlog.models.prompts import prompt_builder
 from verlog.models.sources import resolve_model_path
 from verlog.models.weights import full_weights
 from verlog.ppo.batches import make_batches
 from verlog.ppo.build import build_models
-from verlog.ppo.config import Config
 from verlog.ppo.curriculum import Curriculum, stage_envs
-from verlog.ppo.panel import play_panel
 from verlog.ppo.rollout import score
 from verlog.ppo.storage import TurnStorage
 from verlog.ppo.trainer_checkpoint import TrainerCheckpoints
 from verlog.ppo.update import ppo_update
-from verlog.ppo.watchdog import Watchdog
 from verlog.quiet import attach_run_log
 from verlog.runkit.distributed import init_processes, merge_process_metrics, setup
 from verlog.runkit.faults import Diverged, Guard
 from verlog.runkit.folder import CONFIG_FILE, latest_checkpoint, mark_best, new_run_dir
 from verlog.runkit.logger import RunLogger, flat_hyperparameters, tracker_init_kwargs
 from verlog.runkit.samples import SampleWriter, TurnSample, pick_turns
+from verlog.runkit.watchdog import Watchdog
 from verlog.sampling import Sampler, TransformersSampler, select_backend
 
 __all__ = ["Trainer"]
@@ -267,7 +267,7 @@ class Trainer(TrainerCheckpoints):
                 self.samples.close()
 
     def _panel(self) -> dict[str, float]:
-        """Play the validation panel on the current weights (:mod:`verlog.ppo.panel`); one console line."""
+        """Play the validation panel on the current weights (:mod:`verlog.evaluation.panel`); one console line."""
         self.sampler.update_weights()
         metrics = play_panel(self.config, self.sampler, self.panel_prompts)
         self.sampler.offload()

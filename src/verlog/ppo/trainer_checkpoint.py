@@ -1,7 +1,7 @@
 """The trainer's checkpoints: what a checkpoint holds of a run, loading it back, and rolling back to it.
 
 One path loads a checkpoint into a live trainer: ``--resume`` uses it at start, and the collapse watchdog
-(:mod:`verlog.ppo.watchdog`) uses it mid-run to go back to the last good point with a lower actor learning rate.
+(:mod:`verlog.runkit.watchdog`) uses it mid-run to go back to the last good point with a lower actor learning rate.
 Both restore the same things exactly: weights, optimisers, RNG states, storage slot 0, each env's episode
 (replayed), the curriculum stage, the counters; rows logged after the checkpoint move to ``*.dropped.jsonl``.
 """

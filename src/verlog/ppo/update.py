@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from verlog.ppo.config import PPOConfig
+from verlog.config import PPOConfig
 from verlog.ppo.forward import actor_logprobs, critic_values
 from verlog.ppo.storage import MicroBatch, TurnStorage
 

@@ -1,8 +1,12 @@
-"""The learner's configuration: dataclasses loaded from TOML and overridden by ``section.key=value`` arguments.
+"""The configuration of a run: dataclasses loaded from TOML and overridden by ``section.key=value`` arguments.
+
+It sits at the package root, beside :mod:`verlog.tomlconfig`, so the learner (:mod:`verlog.ppo`), the evaluation
+(``verlog eval`` reads a run's ``config.toml``) and the report all read it without importing each other; it
+imports neither torch nor any floor above the root.
 
 Each field carries a one-line docstring; :func:`describe` prints them, and a key or value that does not parse
 names the bad key and lists the valid ones. Whether the values can work together is checked in one place,
-:mod:`verlog.ppo.validate`; sizes that follow from several fields are computed once, in :meth:`Config.derive`.
+:mod:`verlog.runkit.validate`; sizes that follow from several fields are computed once, in :meth:`Config.derive`.
 The ``algo`` section picks the advantage estimator (:mod:`verlog.ppo.advantages`).
 """
 
@@ -359,7 +363,7 @@ class Config:
     """Collapse detection and rollback."""
 
     def derive(self, world_size: int = 1) -> Derived:
-        """The sizes that follow from the config (checked first by :func:`verlog.ppo.validate.validate`)."""
+        """The sizes that follow from the config (checked first by :func:`verlog.runkit.validate.validate`)."""
         ppo, env = self.ppo, self.env
         batch = ppo.turns_per_update * env.num_envs
         return Derived(

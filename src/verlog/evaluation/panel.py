@@ -23,11 +23,11 @@ from typing import Any
 
 import torch
 
+from verlog.config import Config
 from verlog.evaluation.agents import Turn
 from verlog.evaluation.runner import EnvSettings, play
 from verlog.evaluation.scoring import group_stats
 from verlog.models.prompts import PromptBuilder
-from verlog.ppo.config import Config
 
 __all__ = ["LearnerAgent", "own_random_stream", "play_panel"]
 

@@ -5,7 +5,7 @@ on its own line that starts with the key and, where one override fixes it, says 
 estimator or the env sees all that must change at once, not one error per try. The checks look at the values against each other
 (sizes, ranges, the estimator's needs), then against the world: the env id and the keyword arguments the env
 and its memory take (one env is built and reset: GiGPO's anchor observation shows there), the model folder or
-hub id, and the run folder to resume. :meth:`verlog.ppo.config.Config.derive` only computes sizes.
+hub id, and the run folder to resume. :meth:`verlog.config.Config.derive` only computes sizes.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from verlog.config import ESTIMATORS, Config, ConfigError
 from verlog.envs import prompt_examples
-from verlog.ppo.config import ESTIMATORS, Config, ConfigError
 
 __all__ = ["ConfigError", "ConfigProblems", "anchor_problem", "problems", "validate"]
 
