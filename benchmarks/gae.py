@@ -33,8 +33,7 @@ from rich.table import Table
 
 from verlog.evaluation.output import machine
 from verlog.pipes import closed_pipe_ok
-from verlog.ppo.advantages import dual_discount_gae
-from verlog.ppo.gae_reference import dual_discount_gae_loop
+from verlog.ppo.gae import dual_discount_gae, dual_discount_gae_loop
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TOLERANCE = 1e-5

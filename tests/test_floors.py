@@ -37,6 +37,9 @@ FORBIDDEN = {
 #: The floors, lowest first: a floor imports only from floors before it (and the package root's modules).
 ORDER = ("envs", "models", "sampling", "runkit", "evaluation", "ppo", "report")
 
+#: The learner holds the algorithm and nothing else.
+MAX_PPO_MODULES = 12
+
 
 def _imports(path: Path) -> list[tuple[str, list[str]]]:
     """Every ``(module, names)`` a file imports, at any depth (lazy imports count)."""
@@ -62,6 +65,11 @@ def test_a_floor_never_imports_one_above_it(floor: str) -> None:
         if module.startswith(FORBIDDEN[floor])
     ]
     assert not bad, "\n".join(bad)
+
+
+def test_the_learner_is_at_most_a_dozen_modules() -> None:
+    modules = sorted(p.stem for p in (SRC / "ppo").rglob("*.py") if p.name != "__init__.py")
+    assert len(modules) <= MAX_PPO_MODULES, modules
 
 
 def test_no_floor_imports_a_floor_above_it() -> None:

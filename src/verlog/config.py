@@ -22,7 +22,7 @@ from verlog import tomlconfig
 from verlog.tomlconfig import ConfigError
 
 __all__ = [
-    "ESTIMATORS",
+    "ESTIMATOR_NAMES",
     "AlgoConfig",
     "Config",
     "ConfigError",
@@ -277,7 +277,8 @@ class PPOConfig:
         return self.actor_lr * self.actor_lr_gamma**passed
 
 
-ESTIMATORS = ("gae", "grpo", "gigpo", "rloo")
+#: The ``algo.advantage`` names; each is computed by :data:`verlog.ppo.advantages.ESTIMATORS` (one registry).
+ESTIMATOR_NAMES = ("gae", "grpo", "gigpo", "rloo")
 
 
 @dataclass

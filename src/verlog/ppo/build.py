@@ -1,14 +1,21 @@
-"""The learner's models, ready to train: actor, critic and reference, each with its optimiser and engine.
+"""What the learner is built of: its models, ready to train (actor, critic and reference, each with its
+optimiser and engine), and the rollout and storage its estimator collects into (:func:`make_batches`).
 
 Under DeepSpeed each model is prepared inside its own plugin (one engine per model); otherwise one accelerator
 prepares actor and critic together (DDP), except under FSDP2, whose ``prepare`` shards one model and remaps one
 optimiser per call, so each model goes through its own call with its own optimiser. The reference is the actor with its adapters off under LoRA (no
 third copy of the weights), a sharded optimiser-less engine under ZeRO-3, or a plain frozen copy. A critic-free
 estimator (``algo.advantage`` other than "gae") gets no critic at all: none is loaded, prepared or saved.
+
+The batch shape is the estimator's choice too. PPO with a critic collects a fixed T turns from each of N envs
+into a :class:`~verlog.ppo.storage.TurnStorage`, episodes running on across updates. The critic-free estimators
+play N whole episodes in groups of G into a :class:`~verlog.ppo.storage.GroupStorage`; process ``rank`` plays its
+own groups, with seeds disjoint from every other process's.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,8 +23,12 @@ import torch
 
 from verlog.config import Config
 from verlog.models.loading import AdapterDisabled, LoraSpec, load_actor, load_critic, load_reference
+from verlog.models.prompts import PromptBuilder
+from verlog.ppo.group_rollout import Brancher, GroupRollout, branch_width
+from verlog.ppo.rollout import Rollout
+from verlog.ppo.storage import GroupStorage, TurnStorage
 
-__all__ = ["Models", "adamw", "build_models"]
+__all__ = ["Models", "adamw", "build_models", "make_batches"]
 
 
 @dataclass
@@ -101,3 +112,41 @@ def adamw(model: torch.nn.Module, lr: float, weight_decay: float) -> torch.optim
     too: a DeepSpeed-config optimiser would compile a large extension first."""
     params = [p for p in model.parameters() if p.requires_grad]
     return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+
+
+def make_batches(
+    config: Config,
+    envs: Any,
+    sampler: Any,
+    prompts: PromptBuilder,
+    pad_id: int,
+    *,
+    rank: int = 0,
+    world_size: int = 1,
+    any_running: Callable[[bool], bool] | None = None,
+) -> tuple[Rollout, TurnStorage]:
+    """The rollout and its storage. ``any_running``: an all-reduce "is anything left to play anywhere", when
+    generation is collective (every process generates until all are done; critic-free estimators only)."""
+    algo, env, prompt = config.algo, config.env, config.prompt
+    if algo.critic:
+        rollout = Rollout(envs, sampler, prompts, binary_reward=env.binary_reward, env_id=env.id)
+        storage = TurnStorage(config.ppo.turns_per_update, env.num_envs, prompt.max_response_tokens, pad_id)
+        return rollout, storage
+    groups = env.num_envs // algo.group_size
+    width = branch_width(envs.envs) if algo.branch_actions else 0  # B: branch columns per env
+    group_rollout = GroupRollout(
+        envs,
+        sampler,
+        prompts,
+        algo=algo,
+        seed=config.run.seed + rank * groups,
+        stride=groups * world_size,
+        any_running=any_running,
+        brancher=Brancher(prompts.tokenizer, binary_reward=env.binary_reward) if width else None,
+        binary_reward=env.binary_reward,
+        env_id=env.id,
+    )
+    storage = GroupStorage(
+        algo.max_episode_turns, env.num_envs, prompt.max_response_tokens, pad_id, branch_width=width
+    )
+    return group_rollout, storage

@@ -118,20 +118,36 @@ class Rollout:
             )
             clock["time/prompt"] += time.perf_counter() - start
 
-        turns = storage.num_turns * self.num_envs
-        metrics = dict(clock)
-        metrics.update({key: float(np.mean(values)) for key, values in episodes.items() if values})
-        self.episode_counts = {key: len(values) for key, values in episodes.items() if values}
-        metrics["charts/episodes"] = float(len(episodes["env/progression"]))
-        metrics["charts/response_tokens"] = tokens / turns
-        metrics["charts/capped_share"] = capped / turns
-        metrics["charts/generated_tokens"] = float(tokens)
-        metrics["env/reward"] = rewards_total / turns
-        metrics["env/invalid_action_rate"] = invalid / turns
-        metrics["env/prompt_cuts"] = float(self.prompts.cuts - cuts_before)
+        tally = {
+            "clock": clock,
+            "episodes": episodes,
+            "turns": storage.num_turns * self.num_envs,
+            "tokens": tokens,
+            "capped": capped,
+            "reward": rewards_total,
+            "invalid": invalid,
+        }
+        metrics = self._metrics(tally, cuts_before)
         metrics["charts/episodes_truncated"] = float(cut_by_limit)
         # Episodes still running at the batch end: bootstrapped with the critic, continued next update.
         metrics["charts/episodes_running"] = float(np.count_nonzero(self.episode_length))
+        return metrics
+
+    def _metrics(self, tally: dict[str, Any], cuts_before: int) -> dict[str, float]:
+        """What every rollout reports: time spent, the finished episodes' means (their counts kept for the mean
+        over processes), and per-turn rates over ``tally["turns"]`` played turns."""
+        episodes = tally["episodes"]
+        metrics = dict(tally["clock"])
+        metrics.update({key: float(np.mean(values)) for key, values in episodes.items() if values})
+        self.episode_counts = {key: len(values) for key, values in episodes.items() if values}
+        turns = max(tally["turns"], 1)
+        metrics["charts/episodes"] = float(len(episodes["env/success"]))  # resampled groups' included
+        metrics["charts/response_tokens"] = tally["tokens"] / turns
+        metrics["charts/capped_share"] = tally["capped"] / turns
+        metrics["charts/generated_tokens"] = float(tally["tokens"])
+        metrics["env/reward"] = tally["reward"] / turns
+        metrics["env/invalid_action_rate"] = tally["invalid"] / turns
+        metrics["env/prompt_cuts"] = float(self.prompts.cuts - cuts_before)
         return metrics
 
     def _sample(

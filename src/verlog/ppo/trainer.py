@@ -24,15 +24,15 @@ import torch
 from verlog.config import Config
 from verlog.evaluation.panel import play_panel
 from verlog.models.loading import LoraSpec, load_tokenizer
-from verlog.models.prompts import prompt_builder
+from verlog.models.prompts import PromptBuilder, prompt_builder
 from verlog.models.sources import resolve_model_path
 from verlog.models.weights import full_weights
-from verlog.ppo.batches import make_batches
-from verlog.ppo.build import build_models
+from verlog.ppo.advantages import compute_advantages
+from verlog.ppo.build import build_models, make_batches
+from verlog.ppo.checkpoints import TrainerCheckpoints
 from verlog.ppo.curriculum import Curriculum, stage_envs
 from verlog.ppo.rollout import score
 from verlog.ppo.storage import TurnStorage
-from verlog.ppo.trainer_checkpoint import TrainerCheckpoints
 from verlog.ppo.update import ppo_update
 from verlog.quiet import attach_run_log
 from verlog.runkit.distributed import init_processes, merge_process_metrics, setup
@@ -46,24 +46,36 @@ from verlog.sampling import Sampler, TransformersSampler, select_backend
 __all__ = ["Trainer"]
 
 
-class Trainer(TrainerCheckpoints):
+class Trainer:
     """Builds everything from a :class:`Config` (or resumes a run folder) and runs :meth:`train`."""
 
     def __init__(self, config: Config, *, resume: str | Path | None = None) -> None:
-        from accelerate.utils import broadcast_object_list, set_seed
-
         self.config = config
-        algo = config.algo
+        algo, model = config.algo, config.model
         if not algo.critic:  # resolved once, so config.toml (and a resume) records the group size used
             algo.group_size = algo.groups_of(config.env.num_envs)
         if config.run.torch_threads:
             torch.set_num_threads(config.run.torch_threads)
-        env, model, ppo = config.env, config.model, config.ppo
         lora = (
             LoraSpec(model.lora_r, model.lora_alpha, list(model.lora_target_modules))
             if model.lora_r
             else None
         )
+        self._start_processes(resume, lora)
+        backend, reason = self._load_models(lora)
+        prompts = self._assemble()
+        if resume is None:
+            observations, infos = self.envs.reset()
+            self.storage.reset_first(self.rollout.first_prompts(observations, infos))
+        else:
+            self.checkpoints.resume()  # last: it restores the RNG states
+        self._open_run(f"processes: {self.dist.describe()}; sampler: {backend} ({reason})", prompts)
+
+    def _start_processes(self, resume: str | Path | None, lora: LoraSpec | None) -> None:
+        """The processes, the sizes that follow from their number, the run folder and the accelerators."""
+        from accelerate.utils import broadcast_object_list
+
+        config, ppo = self.config, self.config.ppo
         state = init_processes(config.run.collective_timeout)
         self.derived = config.derive(state.num_processes)
         if resume is None:
@@ -79,13 +91,17 @@ class Trainer(TrainerCheckpoints):
             max_grad_norm=ppo.max_grad_norm,
             project_dir=str(self.run_dir),
             log_with=config.run.trackers,
-            mixed_precision=model.mixed_precision,
+            mixed_precision=config.model.mixed_precision,
             reference_engine=ppo.kl_coef > 0 and lora is None,
         )
-        self.accelerator = accelerator = self.dist.actor
-        rank = accelerator.process_index
+        self.accelerator = self.dist.actor
 
-        resolved = [resolve_model_path(model, env) if accelerator.is_main_process else ""]
+    def _load_models(self, lora: LoraSpec | None) -> tuple[str, str]:
+        """The tokenizer, the models and the sampler; returns the sampler's backend and why it was chosen."""
+        from accelerate.utils import broadcast_object_list, set_seed
+
+        config, model, accelerator = self.config, self.config.model, self.accelerator
+        resolved = [resolve_model_path(model, config.env) if accelerator.is_main_process else ""]
         broadcast_object_list(resolved)  # the main process builds or converts it on first use
         model.path = resolved[0]
         set_seed(config.run.seed)  # fresh weights (value head, LoRA) start equal on every process
@@ -93,7 +109,7 @@ class Trainer(TrainerCheckpoints):
         backend, reason = select_backend(config.sampling.backend, accelerator.device, model.path)
         vllm = self._vllm_sampler() if backend == "vllm" else None  # before the learner's models fill the GPU
         self._build_models(lora)
-        set_seed(config.run.seed + rank)
+        set_seed(config.run.seed + accelerator.process_index)
         self.sampler: Sampler = vllm or TransformersSampler(
             self._unwrap(self.actor),
             self.tokenizer,
@@ -103,6 +119,11 @@ class Trainer(TrainerCheckpoints):
             batch_size=config.sampling.batch_size,
             synced_gpus=self.dist.zero3 and self.dist.num_processes > 1,
         )
+        return backend, reason
+
+    def _assemble(self) -> PromptBuilder:
+        """Curriculum, envs, watchdog, rollout and storage, counters and checkpoints; returns the prompts."""
+        config = self.config
         stages = config.curriculum
         self.curriculum = (
             Curriculum(stages.stages, threshold=stages.threshold, window=stages.window)
@@ -112,26 +133,39 @@ class Trainer(TrainerCheckpoints):
         self.envs = self._make_envs()
         self.watchdog = Watchdog(config.watchdog) if config.watchdog.enabled else None
         self.best_score = -math.inf  # the validation panel's best score so far
-        prompts = prompt_builder(self.tokenizer, config.prompt, env.id)
+        prompts = prompt_builder(self.tokenizer, config.prompt, config.env.id)
         self.rollout, self.storage = make_batches(
             config,
             self.envs,
             self.sampler,
             prompts,
             self.tokenizer.pad_token_id,
-            rank=rank,
+            rank=self.accelerator.process_index,
             world_size=self.derived.world_size,
             any_running=self._any_running if self.dist.lockstep else None,
         )
         self.update = 0
         self.global_step = 0
-        self.warmed_up = ppo.critic_warmup_iters == 0 or not algo.critic  # no critic, nothing to pre-train
+        # No critic, nothing to pre-train.
+        self.warmed_up = config.ppo.critic_warmup_iters == 0 or not config.algo.critic
         self.sample_rng = random.Random(config.run.seed)  # which turns go to samples.jsonl
-        if resume is None:
-            observations, infos = self.envs.reset()
-            self.storage.reset_first(self.rollout.first_prompts(observations, infos))
-        else:
-            self._resume()  # last: it restores the RNG states
+        self.checkpoints = TrainerCheckpoints(
+            self,
+            run_dir=self.run_dir,
+            dist=self.dist,
+            actor=self.actor,
+            critic=self.critic,
+            tokenizer=self.tokenizer,
+            config=config.run,
+            watchdog=self.watchdog,
+        )
+        return prompts
+
+    def _open_run(self, processes: str, prompts: PromptBuilder) -> None:
+        """config.toml, trackers, samples file, logger (saying ``processes``), the guard and the panel's
+        prompts: what the run writes to and checks with, once its counters are known."""
+        config, accelerator = self.config, self.accelerator
+        algo, ppo = config.algo, config.ppo
         if accelerator.is_main_process:
             (self.run_dir / CONFIG_FILE).write_text(config.to_toml())
         # One tracker run per run folder (tensorboard writes under <run>/<project>/).
@@ -150,7 +184,7 @@ class Trainer(TrainerCheckpoints):
             console=config.run.console,
             start=self.update,
         )
-        self.logger.print(f"processes: {self.dist.describe()}; sampler: {backend} ({reason})")
+        self.logger.print(processes)
         if not algo.critic:
             skipped = ", no critic pre-training" if ppo.critic_warmup_iters else ""
             self.logger.print(
@@ -160,9 +194,11 @@ class Trainer(TrainerCheckpoints):
         self.guard = Guard(
             ppo, accelerator.device, self.logger.print
         )  # diverged weights, all-skipped updates
-        panel_env = config.panel.env_id or env.id
+        panel_env = config.panel.env_id or config.env.id
         self.panel_prompts = (
-            prompts if panel_env == env.id else prompt_builder(self.tokenizer, config.prompt, panel_env)
+            prompts
+            if panel_env == config.env.id
+            else prompt_builder(self.tokenizer, config.prompt, panel_env)
         )
 
     def _build_models(self, lora: LoraSpec | None) -> None:
@@ -320,8 +356,8 @@ class Trainer(TrainerCheckpoints):
         return self.config.ppo.actor_lr_after(self.update) * scale
 
     def train_update(self) -> dict[str, float]:
-        """One update: collect, score, returns, PPO, then slot T becomes slot 0."""
-        cfg, ppo = self.config, self.config.ppo
+        """One update: collect, score, advantages, PPO, then slot T becomes slot 0."""
+        cfg = self.config
         start = time.perf_counter()
         self._apply_actor_lr()  # the schedule's rate for this update
         self.sampler.update_weights()
@@ -334,15 +370,7 @@ class Trainer(TrainerCheckpoints):
         metrics["charts/actor_lr"] = self.actor_lr_now()
         self.sampler.offload()
         metrics.update(self._score(self.storage, logprobs=True))
-        self.storage.compute_returns(
-            turn_gamma=ppo.turn_gamma,
-            turn_lam=ppo.turn_lam,
-            token_gamma=ppo.token_gamma,
-            token_lam=ppo.token_lam,
-            kl_coef=ppo.kl_coef,
-            all_reduce=self._all_reduce,
-            window_bootstrap=ppo.window_bootstrap,
-        )
+        metrics.update(compute_advantages(self.storage, cfg, all_reduce=self._all_reduce))
         clock = time.perf_counter()
         metrics.update(self._ppo(self.storage, train_actor=True))
         metrics["time/update"] = time.perf_counter() - clock
@@ -383,21 +411,75 @@ class Trainer(TrainerCheckpoints):
             metrics = dict(collected) if iteration == 1 else {}
             # The actor has not moved, so it equals the reference: the KL reward is 0 and log-probs are unused.
             metrics.update(self._score(storage, logprobs=False))
-            storage.compute_returns(
-                turn_gamma=ppo.turn_gamma,
-                turn_lam=ppo.turn_lam,
-                token_gamma=ppo.token_gamma,
-                token_lam=ppo.token_lam,
-                window_bootstrap=ppo.window_bootstrap,
-            )
+            compute_advantages(storage, self.config, kl_coef=0.0)  # the critic's targets
             clock = time.perf_counter()
-            metrics.update(self._ppo(storage, train_actor=False, limit=self.derived.warmup_sample_turns))
+            limit = self.derived.warmup_sample_turns
+            metrics.update(self._ppo(storage, train_actor=False, limit=limit))
             metrics.update({"time/update": time.perf_counter() - clock, "warmup/iteration": float(iteration)})
             counts = self.rollout.episode_counts if iteration == 1 else {}
             self.logger.log(self._mean_over_processes(metrics, counts), step=self.global_step, advance=False)
         storage.after_update()
         self.storage.load_state_dict(storage.state_dict())
         self.warmed_up = True
+
+    # ------------------------------------------------------------------ checkpoints
+    def save(self) -> Path:
+        """A checkpoint of the run (:class:`~verlog.ppo.checkpoints.TrainerCheckpoints`), said on the console."""
+        clock = time.perf_counter()
+        path = self.checkpoints.save()
+        self.logger.print(f"checkpoint {path} ({time.perf_counter() - clock:.1f}s)")
+        return path
+
+    def _roll_back(self, reason: str) -> None:
+        """Back to the newest good checkpoint with a lower actor learning rate (or :class:`Collapsed`)."""
+        at = self.update
+        path = self.checkpoints.roll_back(reason)  # raises Collapsed past watchdog.max_rollbacks
+        assert self.watchdog is not None
+        self.logger.print(
+            f"watchdog: {reason} at update {at}: rolled back to checkpoint {path.name}, actor lr "
+            f"{self.actor_lr_now():g} (x{self.watchdog.lr_scale:g}; rollback {self.watchdog.rollbacks} of "
+            f"{self.config.watchdog.max_rollbacks})"
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint holds of the run besides weights, optimisers and RNG states (the
+        :class:`~verlog.ppo.checkpoints.Checkpointed` interface)."""
+        return {
+            "update": self.update,
+            "global_step": self.global_step,
+            "warmed_up": self.warmed_up,
+            "storage": self.storage.state_dict(),
+            "rollout": self.rollout.state_dict(),
+            "prompt_cuts": self.rollout.prompts.cuts,
+            "sample_rng": self.sample_rng.getstate(),
+            "curriculum": self.curriculum.state_dict() if self.curriculum else None,
+            "watchdog": self.watchdog.state_dict() if self.watchdog else None,
+        }
+
+    def load_state_dict(self, state: dict[str, Any], env_states: list[Any]) -> None:
+        """Put :meth:`state_dict`'s state back: the curriculum's stage and its envs first, then each env's
+        episode (replayed), the storage, the rollout and the counters."""
+        if self.curriculum is not None and state.get("curriculum"):
+            self.curriculum.load_state_dict(state["curriculum"])
+            self._rebuild_envs()
+        if len(env_states) != self.envs.num_envs:
+            raise ValueError(
+                f"the checkpoint holds {len(env_states)} env states for {self.envs.num_envs} sub-envs"
+            )
+        self.envs.set_attr("replay_state", env_states)  # replays each sub-env's episode (seed + actions)
+        self.storage.load_state_dict(state["storage"])
+        self.rollout.load_state_dict(state["rollout"])
+        self.update = state["update"]
+        self.global_step = state["global_step"]
+        self.warmed_up = state["warmed_up"]
+        self.rollout.prompts.cuts = state["prompt_cuts"]
+        version, internal, gauss = state["sample_rng"]
+        self.sample_rng.setstate((version, tuple(internal), gauss))
+        if self.watchdog is not None and state.get("watchdog"):
+            self.watchdog.load_state_dict(state["watchdog"])
+
+    def env_states(self) -> list[Any]:
+        return list(self.envs.call("replay_state"))
 
     # ------------------------------------------------------------------ pieces
     def _write_samples(self, turns: list[dict[str, Any]]) -> None:
@@ -440,6 +522,9 @@ class Trainer(TrainerCheckpoints):
         return metrics
 
     def _ppo(self, storage: TurnStorage, *, train_actor: bool, limit: int | None = None) -> dict[str, float]:
+        """The PPO update over the storage: ``ppo.num_minibatches`` steps per epoch, or, over a ``limit`` of
+        turns (critic pre-training's sample), as many steps as the minibatches of that many turns."""
+        count = self.config.ppo.num_minibatches if limit is None else limit // self.derived.minibatch_turns
         return ppo_update(
             storage,
             actor=self.actor,
@@ -449,7 +534,7 @@ class Trainer(TrainerCheckpoints):
             accelerator=self.dist.actor,
             critic_accelerator=self.dist.critic,
             config=self.config.ppo,
-            minibatch_size=self.derived.minibatch_turns,
+            num_minibatches=count,
             temperature=self.config.sampling.temperature,
             train_actor=train_actor,
             limit=limit,

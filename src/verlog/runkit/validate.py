@@ -17,7 +17,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from verlog.config import ESTIMATORS, Config, ConfigError
+from verlog.config import ESTIMATOR_NAMES, Config, ConfigError
 from verlog.envs import prompt_examples
 
 __all__ = ["ConfigError", "ConfigProblems", "anchor_problem", "problems", "validate"]
@@ -177,8 +177,8 @@ def _sampling(config: Config) -> Iterator[str]:
 def _algo(config: Config) -> Iterator[str]:
     """What a critic-free estimator (``algo.advantage`` other than "gae") needs."""
     algo, env, ppo = config.algo, config.env, config.ppo
-    if algo.advantage not in ESTIMATORS:
-        yield f"algo.advantage must be one of {list(ESTIMATORS)}, got {algo.advantage!r}"
+    if algo.advantage not in ESTIMATOR_NAMES:
+        yield f"algo.advantage must be one of {list(ESTIMATOR_NAMES)}, got {algo.advantage!r}"
         return
     if algo.critic:
         if algo.center_actions:
