@@ -37,6 +37,7 @@ from typing import Any
 from verlog.evaluation import output
 from verlog.pipes import closed_pipe_ok
 from verlog.quiet import quiet_console
+from verlog.report.reading import WARMUP_KEY, read_metrics
 from verlog.runkit.folder import CONFIG_FILE, METRICS_FILE
 from verlog.tomlconfig import toml_value
 
@@ -182,16 +183,10 @@ def play_random(
 
 
 def update_records(run_dir: Path) -> list[dict[str, Any]]:
-    """One record per update from ``metrics.jsonl`` (critic warm-up lines dropped)."""
-    records = []
-    for line in (run_dir / METRICS_FILE).read_text().splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if "warmup/iteration" not in record and record.get("update"):
-            records.append(record)
-    return records
+    """One record per update from ``metrics.jsonl``, read as the report reads it (critic warm-up lines dropped;
+    an update logged twice, as a resumed run does, keeps its later values)."""
+    log = read_metrics(run_dir / METRICS_FILE)
+    return [r for r in log.records if WARMUP_KEY not in r and r.get("update")]
 
 
 def plot(records: Sequence[dict[str, Any]], result: dict[str, Any], path: Path, title: str) -> None:
