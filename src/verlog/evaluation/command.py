@@ -188,7 +188,7 @@ def _play_episodes(
     turns per task (``samples``) to ``samples.jsonl``; return how many were played. A chat server that keeps
     failing is noted in ``failures.jsonl`` and stops the evaluation (the episodes played are kept)."""
     folder = log.path.parent
-    with _progress(progress, total - len(done), len(done)) as advance:
+    with output.EpisodeProgress(progress, total - len(done), len(done)) as advance:
 
         def keep(record: dict[str, Any]) -> None:
             log.append(record)
@@ -315,30 +315,6 @@ def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             out[prefix + key] = value
     return out
-
-
-class _progress:
-    """A rich progress bar over episodes (or nothing), as a context manager that yields ``advance()``."""
-
-    def __init__(self, show: bool, todo: int, done: int) -> None:
-        self.show, self.todo, self.done = show, todo, done
-        self.bar: Any = None
-
-    def __enter__(self) -> Any:
-        if not self.show or not self.todo:
-            return lambda: None
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-        self.bar = Progress(
-            TextColumn("[bold]eval"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), transient=True
-        )
-        self.bar.start()
-        task = self.bar.add_task("episodes", total=self.todo + self.done, completed=self.done)
-        return lambda: self.bar.advance(task)
-
-    def __exit__(self, *exc: object) -> None:
-        if self.bar is not None:
-            self.bar.stop()
 
 
 # ------------------------------------------------------------------------------------------------ the CLI

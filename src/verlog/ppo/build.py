@@ -22,13 +22,23 @@ from typing import Any
 import torch
 
 from verlog.config import Config
-from verlog.models.loading import AdapterDisabled, LoraSpec, load_actor, load_critic, load_reference
+from verlog.models.loading import (
+    AdapterDisabled,
+    LoraSpec,
+    load_actor,
+    load_critic,
+    load_reference,
+    load_tokenizer,
+)
 from verlog.models.prompts import PromptBuilder
+from verlog.models.sources import resolve_model_path
+from verlog.models.weights import full_weights
 from verlog.ppo.group_rollout import Brancher, GroupRollout, branch_width
 from verlog.ppo.rollout import Rollout
 from verlog.ppo.storage import GroupStorage, TurnStorage
+from verlog.sampling import Sampler, TransformersSampler, select_backend
 
-__all__ = ["Models", "adamw", "build_models", "make_batches"]
+__all__ = ["Learner", "Models", "adamw", "build_models", "load_learner", "make_batches"]
 
 
 @dataclass
@@ -41,6 +51,57 @@ class Models:
     critic_optimizer: torch.optim.Optimizer | None
     reference: torch.nn.Module | None = None
     reference_engine: torch.nn.Module | None = None
+
+
+@dataclass
+class Learner:
+    """What :func:`load_learner` returns: the tokenizer, the prepared models and the sampler."""
+
+    tokenizer: Any
+    models: Models
+    sampler: Sampler
+    backend: str
+    """The sampler's engine ("transformers" or "vllm")."""
+    backend_reason: str
+    """Why that engine (``sampling.backend`` or what ``auto`` found)."""
+
+
+def load_learner(config: Config, dist: Any, lora: LoraSpec | None) -> Learner:
+    """The model folder (built or converted by the main process on first use), the tokenizer, the models
+    (:func:`build_models`) and the sampler: vLLM is started before the learner's models fill the GPU."""
+    from accelerate.utils import broadcast_object_list, set_seed
+
+    model, accelerator = config.model, dist.actor
+    resolved = [resolve_model_path(model, config.env) if accelerator.is_main_process else ""]
+    broadcast_object_list(resolved)
+    model.path = resolved[0]
+    set_seed(config.run.seed)  # fresh weights (value head, LoRA) start equal on every process
+    tokenizer = load_tokenizer(model.path)
+    backend, reason = select_backend(config.sampling.backend, accelerator.device, model.path)
+    built: list[Models] = []  # the weights vLLM pulls are the actor's, built next
+    vllm = _vllm_sampler(config, tokenizer, dist, lambda: built[0].actor) if backend == "vllm" else None
+    built.append(build_models(dist, config, lora))
+    set_seed(config.run.seed + accelerator.process_index)
+    sampler: Sampler = vllm or TransformersSampler(
+        accelerator.unwrap_model(built[0].actor),
+        tokenizer,
+        max_new_tokens=config.prompt.max_response_tokens,
+        temperature=config.sampling.temperature,
+        top_p=config.sampling.top_p,
+        batch_size=config.sampling.batch_size,
+        synced_gpus=dist.zero3 and dist.num_processes > 1,
+    )
+    return Learner(tokenizer, built[0], sampler, backend, reason)
+
+
+def _vllm_sampler(config: Config, tokenizer: Any, dist: Any, actor: Callable[[], torch.nn.Module]) -> Sampler:
+    from verlog.sampling.vllm import VLLMSampler, own_cores
+
+    device, state = dist.actor.device, dist.actor.state
+    if device.type == "cpu":  # one engine per process: each on its own cores
+        own_cores(state.local_process_index, state.num_processes if state.num_processes > 1 else 1)
+    weights = lambda: full_weights(dist.actor.unwrap_model(actor()), dist.gathered, buffers=False)  # noqa: E731
+    return VLLMSampler.from_config(config, tokenizer, weights, device, state.process_index)
 
 
 def build_models(dist: Any, config: Config, lora: LoraSpec | None) -> Models:

@@ -26,7 +26,7 @@ from verlog.runkit.samples import family_of
 from verlog.sampling import Sampler
 from verlog.vector import sub_env_info
 
-__all__ = ["Rollout", "score", "state_values"]
+__all__ = ["Rollout", "score", "score_batch", "state_values"]
 
 
 class Rollout:
@@ -278,6 +278,47 @@ def score(
     storage.truncated_values.zero_()
     for (t, n), value in zip(keys, values[storage.num_envs :].tolist(), strict=True):
         storage.truncated_values[t, n] = value
+
+
+def score_batch(
+    storage: TurnStorage,
+    *,
+    actor: nn.Module,
+    critic: nn.Module | None,
+    reference: nn.Module | None,
+    logprobs: bool,
+    reuse_sampler_logprobs: bool,
+    temperature: float,
+    max_tokens: int,
+    device: Any,
+    common_count: Callable[[int], int] | None = None,
+) -> dict[str, float]:
+    """:func:`score` a collected batch and return what scoring found. ``logprobs=False`` scores the values
+    alone (critic pre-training); with ``reuse_sampler_logprobs`` the sampler's log-probs are the old ones (the
+    weights have not moved since sampling), so the actor does not score them again."""
+    clock = time.perf_counter()
+    reuse = logprobs and reuse_sampler_logprobs
+    score(
+        storage,
+        actor=actor if logprobs and not reuse else None,
+        critic=critic,
+        reference=reference if logprobs else None,
+        temperature=temperature,
+        max_tokens=max_tokens,
+        device=device,
+        common_count=common_count,
+    )
+    if reuse:
+        storage.old_logprobs.copy_(storage.sampler_logprobs)
+    metrics = {"time/score": time.perf_counter() - clock}
+    metrics.update(
+        storage.score_metrics(
+            values=critic is not None,
+            old_logprobs=logprobs and not reuse,
+            reference=logprobs and not reuse and reference is not None,
+        )
+    )
+    return metrics
 
 
 def _padding(common_count: Callable[[int], int] | None, count: int) -> int:

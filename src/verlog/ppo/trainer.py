@@ -23,25 +23,22 @@ import torch
 
 from verlog.config import Config
 from verlog.evaluation.panel import play_panel
-from verlog.models.loading import LoraSpec, load_tokenizer
+from verlog.models.loading import LoraSpec
 from verlog.models.prompts import PromptBuilder, prompt_builder
-from verlog.models.sources import resolve_model_path
-from verlog.models.weights import full_weights
 from verlog.ppo.advantages import compute_advantages
-from verlog.ppo.build import build_models, make_batches
+from verlog.ppo.build import load_learner, make_batches
 from verlog.ppo.checkpoints import TrainerCheckpoints
 from verlog.ppo.curriculum import Curriculum, stage_envs
-from verlog.ppo.rollout import score
+from verlog.ppo.rollout import score_batch
 from verlog.ppo.storage import TurnStorage
 from verlog.ppo.update import ppo_update
 from verlog.quiet import attach_run_log
-from verlog.runkit.distributed import init_processes, merge_process_metrics, setup
+from verlog.runkit.distributed import init_processes, mean_over_processes, setup, sum_over_processes
 from verlog.runkit.faults import Diverged, Guard
 from verlog.runkit.folder import CONFIG_FILE, latest_checkpoint, mark_best, new_run_dir
 from verlog.runkit.logger import RunLogger, flat_hyperparameters, tracker_init_kwargs
-from verlog.runkit.samples import SampleWriter, TurnSample, pick_turns
+from verlog.runkit.samples import SampleWriter, decoded_samples, pick_turns
 from verlog.runkit.watchdog import Watchdog
-from verlog.sampling import Sampler, TransformersSampler, select_backend
 
 __all__ = ["Trainer"]
 
@@ -62,7 +59,13 @@ class Trainer:
             else None
         )
         self._start_processes(resume, lora)
-        backend, reason = self._load_models(lora)
+        learner = load_learner(config, self.dist, lora)
+        self.tokenizer, self.sampler = learner.tokenizer, learner.sampler
+        m = learner.models
+        self.actor, self.critic, self.reference = m.actor, m.critic, m.reference
+        self.reference_engine = m.reference_engine
+        self.actor_optimizer, self.critic_optimizer = m.actor_optimizer, m.critic_optimizer
+        backend, reason = learner.backend, learner.backend_reason
         prompts = self._assemble()
         if resume is None:
             observations, infos = self.envs.reset()
@@ -95,31 +98,6 @@ class Trainer:
             reference_engine=ppo.kl_coef > 0 and lora is None,
         )
         self.accelerator = self.dist.actor
-
-    def _load_models(self, lora: LoraSpec | None) -> tuple[str, str]:
-        """The tokenizer, the models and the sampler; returns the sampler's backend and why it was chosen."""
-        from accelerate.utils import broadcast_object_list, set_seed
-
-        config, model, accelerator = self.config, self.config.model, self.accelerator
-        resolved = [resolve_model_path(model, config.env) if accelerator.is_main_process else ""]
-        broadcast_object_list(resolved)  # the main process builds or converts it on first use
-        model.path = resolved[0]
-        set_seed(config.run.seed)  # fresh weights (value head, LoRA) start equal on every process
-        self.tokenizer = load_tokenizer(model.path)
-        backend, reason = select_backend(config.sampling.backend, accelerator.device, model.path)
-        vllm = self._vllm_sampler() if backend == "vllm" else None  # before the learner's models fill the GPU
-        self._build_models(lora)
-        set_seed(config.run.seed + accelerator.process_index)
-        self.sampler: Sampler = vllm or TransformersSampler(
-            self._unwrap(self.actor),
-            self.tokenizer,
-            max_new_tokens=config.prompt.max_response_tokens,
-            temperature=config.sampling.temperature,
-            top_p=config.sampling.top_p,
-            batch_size=config.sampling.batch_size,
-            synced_gpus=self.dist.zero3 and self.dist.num_processes > 1,
-        )
-        return backend, reason
 
     def _assemble(self) -> PromptBuilder:
         """Curriculum, envs, watchdog, rollout and storage, counters and checkpoints; returns the prompts."""
@@ -201,13 +179,6 @@ class Trainer:
             else prompt_builder(self.tokenizer, config.prompt, panel_env)
         )
 
-    def _build_models(self, lora: LoraSpec | None) -> None:
-        """Load and prepare actor, critic and reference (:func:`verlog.ppo.build.build_models`)."""
-        m = build_models(self.dist, self.config, lora)
-        self.actor, self.critic, self.reference = m.actor, m.critic, m.reference
-        self.reference_engine = m.reference_engine
-        self.actor_optimizer, self.critic_optimizer = m.actor_optimizer, m.critic_optimizer
-
     def _rebuild_envs(self) -> None:
         """New envs at the curriculum's current stage, in place of the old ones (the rollout's too)."""
         self.envs.close()
@@ -234,15 +205,6 @@ class Trainer:
     def _any_running(self, running: bool) -> bool:
         """Whether any process still has an episode to play (collective generation keeps them in step)."""
         return self._all_reduce(torch.tensor([float(running)])).item() > 0
-
-    def _vllm_sampler(self) -> Sampler:
-        from verlog.sampling.vllm import VLLMSampler, own_cores
-
-        device, state = self.accelerator.device, self.accelerator.state
-        if device.type == "cpu":  # one engine per process: each on its own cores
-            own_cores(state.local_process_index, state.num_processes if state.num_processes > 1 else 1)
-        weights = lambda: full_weights(self._unwrap(self.actor), self.dist.gathered, buffers=False)  # noqa: E731
-        return VLLMSampler.from_config(self.config, self.tokenizer, weights, device, state.process_index)
 
     def _guarded(self) -> dict[str, torch.nn.Module | None]:
         """The models whose weights :class:`~verlog.runkit.faults.Guard` checks (no critic: critic-free algos)."""
@@ -434,11 +396,10 @@ class Trainer:
         """Back to the newest good checkpoint with a lower actor learning rate (or :class:`Collapsed`)."""
         at = self.update
         path = self.checkpoints.roll_back(reason)  # raises Collapsed past watchdog.max_rollbacks
-        assert self.watchdog is not None
+        dog, most = self.checkpoints.watchdog, self.config.watchdog.max_rollbacks
         self.logger.print(
             f"watchdog: {reason} at update {at}: rolled back to checkpoint {path.name}, actor lr "
-            f"{self.actor_lr_now():g} (x{self.watchdog.lr_scale:g}; rollback {self.watchdog.rollbacks} of "
-            f"{self.config.watchdog.max_rollbacks})"
+            f"{self.actor_lr_now():g} (x{dog.lr_scale:g}; rollback {dog.rollbacks} of {most})"
         )
 
     def state_dict(self) -> dict[str, Any]:
@@ -487,39 +448,25 @@ class Trainer:
         if self.samples is None:
             return
         picked = pick_turns(turns, self.config.run.samples_per_family, self.sample_rng)
-        records = []
-        for turn in picked:
-            prompt = self.tokenizer.decode(turn.pop("prompt_ids"))
-            records.append(
-                TurnSample(update=self.update, global_step=self.global_step, prompt=prompt, **turn)
-            )
+        records = decoded_samples(
+            picked, self.tokenizer.decode, update=self.update, global_step=self.global_step
+        )
         self.samples.write_many(records)
         self.logger.log_samples(records, step=self.global_step)
 
     def _score(self, storage: TurnStorage, *, logprobs: bool) -> dict[str, float]:
-        clock = time.perf_counter()
-        reuse = logprobs and self.config.ppo.reuse_sampler_logprobs
-        score(
+        return score_batch(
             storage,
-            actor=self._unwrap(self.actor) if logprobs and not reuse else None,
+            actor=self._unwrap(self.actor),
             critic=None if self.critic is None else self._unwrap(self.critic),
-            reference=self.reference if logprobs else None,
+            reference=self.reference,
+            logprobs=logprobs,
+            reuse_sampler_logprobs=self.config.ppo.reuse_sampler_logprobs,
             temperature=self.config.sampling.temperature,
             max_tokens=self.config.ppo.micro_batch_tokens,
             device=self.accelerator.device,
             common_count=self.dist.common_count if self.dist.lockstep else None,
         )
-        if reuse:  # the weights have not moved since sampling: the sampler's log-probs are the old ones
-            storage.old_logprobs.copy_(storage.sampler_logprobs)
-        metrics = {"time/score": time.perf_counter() - clock}
-        metrics.update(
-            storage.score_metrics(
-                values=self.critic is not None,
-                old_logprobs=logprobs and not reuse,
-                reference=logprobs and not reuse and self.reference is not None,
-            )
-        )
-        return metrics
 
     def _ppo(self, storage: TurnStorage, *, train_actor: bool, limit: int | None = None) -> dict[str, float]:
         """The PPO update over the storage: ``ppo.num_minibatches`` steps per epoch, or, over a ``limit`` of
@@ -546,16 +493,8 @@ class Trainer:
         return int(self._all_reduce(torch.tensor([float(self.rollout.turns_played)])).item())
 
     def _all_reduce(self, tensor: torch.Tensor) -> torch.Tensor:
-        if self.accelerator.num_processes == 1:
-            return tensor
-        return self.accelerator.reduce(tensor.to(self.accelerator.device), reduction="sum").cpu()
+        return sum_over_processes(self.accelerator, tensor)
 
-    def _mean_over_processes(
-        self, metrics: dict[str, float], episode_counts: dict[str, int]
-    ) -> dict[str, float]:
+    def _mean_over_processes(self, metrics: dict[str, float], counts: dict[str, int]) -> dict[str, float]:
         metrics = {**metrics, "update": float(self.update), "global_step": float(self.global_step)}
-        if self.accelerator.num_processes == 1:
-            return metrics
-        from accelerate.utils import gather_object
-
-        return merge_process_metrics(gather_object([(metrics, episode_counts)]))
+        return mean_over_processes(self.accelerator, metrics, counts)

@@ -31,6 +31,25 @@ __all__ = ["SUMMED", "Distributed", "deepspeed_requested", "init_processes", "me
 SUMMED = frozenset({"charts/episodes", "charts/generated_tokens", "charts/tokens_per_s", "env/prompt_cuts"})
 
 
+def sum_over_processes(accelerator: Any, tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` summed over every process (a collective call), back on the CPU; one process: as it is."""
+    if accelerator.num_processes == 1:
+        return tensor
+    return accelerator.reduce(tensor.to(accelerator.device), reduction="sum").cpu()
+
+
+def mean_over_processes(
+    accelerator: Any, metrics: dict[str, float], episode_counts: dict[str, int]
+) -> dict[str, float]:
+    """This process's metrics merged with every other process's (:func:`merge_process_metrics`); a collective
+    call, so every process makes it. One process: the metrics as they are."""
+    if accelerator.num_processes == 1:
+        return metrics
+    from accelerate.utils import gather_object
+
+    return merge_process_metrics(gather_object([(metrics, episode_counts)]))
+
+
 def merge_process_metrics(parts: Sequence[tuple[dict[str, float], dict[str, int]]]) -> dict[str, float]:
     """One metrics dict from each process's (metrics, episode counts).
 
