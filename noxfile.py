@@ -106,6 +106,12 @@ def ablation_crafter(session: nox.Session) -> None:
 
 
 @nox.session
+def long_run(session: nox.Session) -> None:
+    """An hour of Crafter training: resident memory must stay flat; cut episodes and prompts are counted."""
+    session.run("python", "benchmarks/long_run.py", *session.posargs)
+
+
+@nox.session
 def learn_real(session: nox.Session) -> None:
     """PPO from SmolLM2-135M-Instruct on BabyAI GoTo, small room (CPU; -- --seed N); non-zero unless it learned."""
     session.run("python", "benchmarks/learn_real.py", *session.posargs)

@@ -3,7 +3,7 @@
     nox -s ablation_crafter                                   # every variant x seeds 1 2, missing cells only
     python benchmarks/ablation_crafter.py [--seeds 1 2] [--variants verlog grpo] [--turns 40960] [--table]
 
-Variants (``learn_crafter.VARIANTS``), each trained from the same preset for the same number of turns played
+Variants (``learn_crafter.ABLATION``), each trained from the same preset for the same number of turns played
 (``run.total_turns``, critic pre-training's turns included) and judged on the same held-out episodes:
 
 - ``verlog``: the preset as it is (window-edge bootstrap, critic pre-training, dual-discount GAE);
@@ -11,11 +11,15 @@ Variants (``learn_crafter.VARIANTS``), each trained from the same preset for the
   (``ppo.window_bootstrap = false``), as a trainer does that treats a batch end as an episode end;
 - ``no-warmup``: no critic pre-training (``ppo.critic_warmup_batches = 0``);
 - ``grpo``: critic-free GRPO in groups of 8 envs sharing a seed, which must play whole episodes (up to the
-  2,000-step cap) before it can update.
+  2,000-step cap) before it can update;
+- ``entropy``: the base with an entropy bonus of 0.01, which is the demonstration's preset.
 
-Each cell is one ``learn_crafter.py --variant V --seed S`` run in a child process (the ``verlog`` cells are the
-demonstration's own seeds when ``nox -s learn_crafter`` ran them at the same budget); a cell already in
-``benchmarks/results/learn_crafter_ablation.json`` with the same turn budget is kept (``--force`` reruns it).
+Every cell runs on the preset *without* its entropy bonus (``BASE``): the ablation was run first, and what its
+seeds showed (policies that stop moving and sleeping) is why the preset has the bonus.
+
+Each cell is one ``learn_crafter.py --variant V --seed S`` run in a child process; a cell already in
+``benchmarks/results/learn_crafter_ablation.json`` that played at least the turn budget is kept (``--force``
+reruns it).
 ``--table`` only prints the table from the results file. The script exits 0 whichever way the results come out:
 an ablation is published as it falls.
 """
@@ -31,9 +35,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from learn_crafter import RESULTS, VARIANTS, mean_se
+from learn_crafter import ABLATION, RESULTS, mean_se, plot
 
 STEM = "learn_crafter_ablation"
+#: Every cell's base: the preset without its entropy bonus, as the ablation was first run (the bonus came after,
+#: from what the ablation's seeds showed); the bonus is the ``entropy`` row.
+BASE = ["ppo.entropy_coef=0.0"]
 
 
 def cells(path: Path) -> dict[tuple[str, int], dict[str, Any]]:
@@ -41,26 +48,6 @@ def cells(path: Path) -> dict[tuple[str, int], dict[str, Any]]:
     if not path.is_file():
         return {}
     return {(s["variant"], s["seed"]): s for s in json.loads(path.read_text())["seeds"]}
-
-
-def reuse_demo(path: Path, seed: int, turns: int, out: Path) -> bool:
-    """The ``verlog`` cell is the demonstration itself when its run had the same turn budget: its entry in
-    ``learn_crafter.json`` is copied, not trained again (the same preset, seed and turns give the same run)."""
-    demo = out / "learn_crafter.json"
-    entry = (
-        next((s for s in json.loads(demo.read_text())["seeds"] if s["seed"] == seed), None)
-        if demo.is_file()
-        else None
-    )
-    if entry is None or entry["turns"] != turns:
-        return False
-    data = json.loads(path.read_text()) if path.is_file() else {k: v for k, v in json.loads(demo.read_text()).items()
-                                                                if k not in ("seeds", "earlier_runs")}  # fmt: skip
-    data["seeds"] = sorted([s for s in data.get("seeds", []) if (s["variant"], s["seed"]) != ("verlog", seed)]
-                           + [entry], key=lambda s: (s["variant"], s["seed"]))  # fmt: skip
-    data["benchmark"] = STEM
-    path.write_text(json.dumps(data, indent=2) + "\n")
-    return True
 
 
 def table(entries: dict[tuple[str, int], dict[str, Any]], variants: Sequence[str]) -> list[dict[str, Any]]:
@@ -80,6 +67,8 @@ def table(entries: dict[tuple[str, int], dict[str, Any]], variants: Sequence[str
             "progression": prog, "progression_se": prog_se,
             "length": sum(e["trained"]["length"] for e in runs) / len(runs),
             "z_return_over_untrained": [round(e["gains"]["return_over_untrained"]["z"], 1) for e in runs],
+            "z_return_over_random": [round(e["gains"]["return_over_random"]["z"], 1) for e in runs],
+            "passed": [e["passed"] for e in runs],
             "turns": [e["turns"] for e in runs],
             "updates": [e["updates"] for e in runs],
             "train_min": [round((e["train_s"] or math.nan) / 60, 1) for e in runs],
@@ -88,14 +77,14 @@ def table(entries: dict[tuple[str, int], dict[str, Any]], variants: Sequence[str
 
 
 def print_table(rows: list[dict[str, Any]], untrained: dict[str, Any], random: dict[str, Any]) -> None:
-    print(f"{'variant':<13} {'return':>12} {'progr %':>12} {'length':>7} {'z vs untr.':>11} {'updates':>9}")
+    print(f"{'variant':<13} {'return':>12} {'progr %':>12} {'length':>7} {'z vs random':>12} {'updates':>9}")
     for name, f in (("random", random), ("untrained", untrained)):
         print(f"{name:<13} {f['return']:>6.2f} ± {f['return_se']:.2f} {100 * f['progression']:>6.1f} ± "
               f"{100 * f['progression_se']:.1f} {f['length']:>7.0f}")  # fmt: skip
     for r in rows:
         print(
             f"{r['variant']:<13} {r['return']:>6.2f} ± {r['return_se']:.2f} {100 * r['progression']:>6.1f} ± "
-            f"{100 * r['progression_se']:.1f} {r['length']:>7.0f} {str(r['z_return_over_untrained']):>11} "
+            f"{100 * r['progression_se']:.1f} {r['length']:>7.0f} {str(r['z_return_over_random']):>12} "
             f"{str(r['updates']):>9}"
         )
 
@@ -105,25 +94,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--variants", nargs="+", choices=sorted(VARIANTS), default=list(VARIANTS))
+    parser.add_argument("--variants", nargs="+", choices=ABLATION, default=list(ABLATION))
     parser.add_argument("--turns", type=int, default=40_960, help="turns played per run, every variant")
     parser.add_argument("--force", action="store_true", help="rerun cells already in the results file")
     parser.add_argument("--table", action="store_true", help="only print the table from the results file")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument(
+        "overrides", nargs="*", metavar="section.key=value", help="config overrides, every cell"
+    )
     args = parser.parse_args(argv)
     path = args.out / f"{STEM}.json"
     if not args.table:
         for variant in args.variants:
             for seed in args.seeds:
-                if variant == "verlog" and reuse_demo(path, seed, args.turns, args.out) and not args.force:
-                    continue
                 done = cells(path).get((variant, seed))
-                if done and done["config"]["run"]["total_turns"] == args.turns and not args.force:
+                if done and done["turns"] >= args.turns and not args.force:
                     continue
                 command = [
                     sys.executable, str(Path(__file__).with_name("learn_crafter.py")), "--variant", variant,
                     "--seed", str(seed), "--stem", STEM, "--out", str(args.out),
-                    f"run.total_turns={args.turns}", "run.total_updates=100000",
+                    f"run.total_turns={args.turns}", "run.total_updates=100000", *BASE, *args.overrides,
                 ]  # fmt: skip
                 print(" ".join(command), flush=True)
                 subprocess.run(command, check=False)  # a variant that does not learn exits 1: still a result
@@ -131,12 +121,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not entries:
         print(f"no results in {path}")
         return 1
-    rows = table(entries, list(VARIANTS))
+    rows = table(entries, list(ABLATION))
     any_entry = next(iter(entries.values()))
     print_table(rows, any_entry["untrained"], any_entry["random"])
     summary = json.loads(path.read_text())
     summary["table"] = rows
     path.write_text(json.dumps(summary, indent=2) + "\n")
+    plot(summary, path.with_suffix(".png"))
     return 0
 
 

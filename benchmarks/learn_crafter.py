@@ -60,7 +60,11 @@ VARIANTS: dict[str, list[str]] = {
     "no-bootstrap": ["ppo.window_bootstrap=false"],
     "no-warmup": ["ppo.critic_warmup_batches=0", "ppo.critic_warmup_iters=0"],
     "grpo": ['algo.advantage="grpo"', "algo.group_size=8", "algo.max_episode_turns=2000"],
+    # the preset's entropy bonus, for the ablation, whose cells run without it (ablation_crafter.BASE)
+    "entropy": ["ppo.entropy_coef=0.01"],
 }
+#: The variants the ablation compares.
+ABLATION = ("verlog", "no-bootstrap", "no-warmup", "grpo", "entropy")
 #: The figures judged; both must rise by Z_REQUIRED standard errors over the untrained model and random.
 JUDGED = ("return", "progression")
 CURVE_KEYS = (

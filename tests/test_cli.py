@@ -53,14 +53,25 @@ def test_console_script_is_registered() -> None:
     assert script.value == "verlog.cli:main"
 
 
-def test_list_prints_every_verlog_id_with_its_description(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("width", [80, 120])
+def test_list_prints_every_verlog_id_with_its_description_within_the_width(
+    width: int, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("COLUMNS", str(width))
     assert main(["list"]) == 0
     lines = capsys.readouterr().out.splitlines()
+    assert max(map(len, lines)) <= width
     ids = sorted(env_id for env_id in gym.registry if env_id.startswith("verlog/"))
-    assert [line.split()[0] for line in lines] == ids
-    for line, env_id in zip(lines, ids, strict=True):
-        assert line.endswith(gym.registry[env_id].description)
-    assert not any(TOY_ID in line for line in lines)
+    shown: dict[str, list[str]] = {}
+    for line in lines:  # an id starts a line; its description follows it, wrapped in an indented column
+        if not line.startswith(" "):
+            env_id, *words = line.split()
+            shown[env_id] = words
+        else:
+            shown[env_id] += line.split()
+    assert list(shown) == ids and not any(TOY_ID in line for line in lines)
+    assert all(" ".join(shown[env_id]) == gym.registry[env_id].description for env_id in ids)
+    assert len(lines) < 1.6 * len(ids)  # most ids fit on one line with their description
 
 
 def test_play_a_whole_episode_then_another(
@@ -247,3 +258,14 @@ def test_a_reader_that_leaves_early_is_not_an_error(command: list[str]) -> None:
     _, err = process.communicate(timeout=120)
     assert process.returncode == 0, err.decode(errors="replace")
     assert b"BrokenPipeError" not in err and b"Traceback" not in err
+
+
+@pytest.mark.parametrize("word", ["q", "quit", "exit", " Quit "])
+@pytest.mark.parametrize("raw", [False, True])
+def test_play_quits_on_q_quit_and_exit(
+    word: str, raw: bool, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    typed = f"right\n{word}\nright\n"  # one step, then the word: nothing after it is played
+    out = _play(monkeypatch, capsys, typed, TOY_ID, "--seed", "0", *(["--raw"] if raw else []))
+    assert "q quits" in out and "Observation (step 1)" in out and "Observation (step 2)" not in out
+    assert out.rstrip().endswith("Bye.") and "not an action" not in out and "Traceback" not in out

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
 from accelerate import Accelerator
 from rich.console import Console
 
+from verlog.runkit.distributed import Distributed
 from verlog.runkit.logger import CELL, COLUMNS, RunLogger, fitting_columns
 
 ESSENTIALS = ("upd", "turns", "turn/s", "return", "success", "invalid", "pg_loss", "v_loss", "kl")
@@ -65,6 +67,21 @@ def test_a_wide_console_shows_every_column() -> None:
     assert fitting_columns(170) == list(COLUMNS)
 
 
+def test_a_run_written_to_a_file_fits_80_columns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Output to a file or pipe (here pytest's capture) is 80 columns wide unless $COLUMNS says otherwise."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    logger = RunLogger(tmp_path, Accelerator(cpu=True), total=3, console=True)
+    try:
+        assert not logger.console.is_terminal and logger.console.width == 80
+        assert {h for _, h, _, _ in logger.columns} == {*ESSENTIALS, "entropy"}
+    finally:
+        logger.close()
+    monkeypatch.setenv("COLUMNS", "120")
+    wide = RunLogger(tmp_path, Accelerator(cpu=True), total=3, console=True)
+    wide.close()
+    assert wide.console.width == 120
+
+
 def test_the_run_ends_on_a_summary_panel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     run = Path("runs/tiny-0001")
@@ -82,6 +99,31 @@ def test_the_run_ends_on_a_summary_panel(tmp_path: Path, monkeypatch: pytest.Mon
     assert "  verlog report runs/tiny-0001\n" in text
     assert "  verlog eval runs/tiny-0001 --suite verlog/BabyAI-GoTo-v0 --episodes 10\n" in text
     assert "PPO ━" not in text.splitlines()[-1]  # not the progress bar
+
+
+def test_the_closing_panel_shows_the_first_to_last_trend_and_the_presets_note(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    for name in ("tiny-0001", "tiny-0002"):
+        (tmp_path / "runs" / name).mkdir(parents=True)
+    logger, console = _logger(Path("runs/tiny-0001"), 80, total=10)
+    for update in range(10):  # success 0.1 -> 1.0, invalid 0.9 -> 0.0 (one update without episodes)
+        success = math.nan if update == 1 else (update + 1) / 10
+        row = {**METRICS, "env/success": success, "env/invalid_action_rate": 0.9 - update / 10}
+        logger.log({**row, "update": float(update + 1)}, step=update)
+    logger.summary(updates=10, turns=960, env_id="verlog/BabyAI-GoTo-v0", note="a tiny preset's word")
+    logger.close()
+    text = console.export_text()
+    assert all(len(line) <= 80 for line in text.splitlines())
+    # means of updates 1-5 (0.1, 0.3, 0.4, 0.5: the update without episodes left out) and 6-10
+    assert "first→last  success 0.33 → 0.80, invalid 0.70 → 0.20, entropy 6.2 → 6.2" in text
+    assert text.rstrip().endswith("note: a tiny preset's word")
+    short, console = _logger(Path("runs/tiny-0002"), 80)
+    for update in range(3):
+        short.log({**METRICS, "update": float(update + 1)}, step=update)
+    short.summary(updates=3, turns=96, env_id="verlog/BabyAI-GoTo-v0")
+    assert "first→last" not in console.export_text() and "note:" not in console.export_text()
 
 
 QUIET_SCRIPT = """
@@ -126,3 +168,10 @@ def test_the_libraries_notices_go_to_the_run_log(tmp_path: Path) -> None:
         "Removed shared tensor",
     ):
         assert line in log, line  # what came before the run folder existed too
+
+
+def test_the_setup_line_says_processes_device_engine_and_precision_in_plain_words() -> None:
+    accelerator = Accelerator(cpu=True)
+    assert Distributed(accelerator, accelerator, None, False, 0).describe() == "1 process on cpu, fp32"
+    zero3 = Distributed(accelerator, accelerator, None, True, 3)
+    assert zero3.describe() == "1 process on cpu, DeepSpeed ZeRO-3, fp32"

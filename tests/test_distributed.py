@@ -15,6 +15,8 @@ import signal
 import socket
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,6 +25,7 @@ import torch
 pytest.importorskip("deepspeed", reason="the train extra's deepspeed is not installed")
 
 from verlog.models.tiny import build_tiny  # noqa: E402
+from verlog.runkit.distributed import STALE_LOCK_S, warn_stale_extension_lock  # noqa: E402
 from verlog.runkit.folder import latest_checkpoint  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,6 +50,16 @@ def model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
         memory="history",
         memory_kwargs={"turns": 2, "reasoning": True},
     )
+
+
+@pytest.fixture(scope="module", autouse=True)
+def extensions_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """DeepSpeed's CPU op compiles into a folder of this run's own: a lock left in the user's cache by a killed
+    compile would make every launch wait forever (the launch warns about it: see
+    ``test_a_lock_left_by_a_killed_compile_is_named``)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path_factory.mktemp("torch_extensions")))
+        yield
 
 
 def _free_port() -> int:
@@ -106,9 +119,9 @@ def test_zero3_two_processes_train_checkpoint_and_resume_exactly(tmp_path: Path,
         "run.checkpoint_every=1", "run.keep_checkpoints=3", "ppo.critic_warmup_batches=1",
         "ppo.critic_warmup_iters=1", *SMALL,
     )  # fmt: skip
-    assert "2 process(es), DeepSpeed ZeRO-3" in out
-    assert "sampler: transformers (auto: " in out  # no vLLM on a CPU: the log says which and why
+    assert "setup: 2 processes on cpu, DeepSpeed ZeRO-3, fp32, transformers sampler" in out
     run = tmp_path / "tiny-0001"
+    assert "transformers sampler (auto: " in (run / "console.log").read_text()  # no vLLM on a CPU: why
     records = _records(run)
     assert [r["update"] for r in records] == [0.0, 1.0, 2.0]  # critic warm-up, then two updates
     assert records[-1]["global_step"] == 3 * 2 * 2 * 2  # 3 batches x 2 turns x 2 envs x 2 processes
@@ -170,3 +183,15 @@ def test_a_non_finite_loss_on_one_process_skips_on_every_process(
     if config_file.startswith("zero3"):
         # DeepSpeed stepped once per minibatch (not per micro-batch), and skipped the two poisoned ones.
         assert ranks[0]["engine_steps"] == [[6, 2], [6, 2]]
+
+
+def test_a_lock_left_by_a_killed_compile_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A killed first launch leaves torch's compile lock; the next launch would wait on it forever, silently."""
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    assert warn_stale_extension_lock() is None  # nothing compiled yet
+    lock = tmp_path / "py311_cpu" / "deepspeed_shm_comm" / "lock"
+    lock.parent.mkdir(parents=True)
+    lock.touch()
+    assert warn_stale_extension_lock() is None  # a compile in progress: wait for it
+    with pytest.warns(UserWarning, match=f"delete it \\(rm {lock}\\)"):
+        assert warn_stale_extension_lock(now=time.time() + STALE_LOCK_S + 60) == lock

@@ -7,19 +7,22 @@ import json
 import math
 import sys
 from pathlib import Path
+from typing import ClassVar
 
 import gymnasium as gym
 import pytest
+from toy_env import LineEnv
 
 from verlog.evaluation import evaluate, mean_se, summarize
-from verlog.evaluation.agents import EvalError, OracleAgent, Turn, resolve_model
+from verlog.evaluation.agents import EvalError, OracleAgent, RandomAgent, Turn, resolve_model
 from verlog.evaluation.command import add_eval_command, default_out, main, run_eval
-from verlog.evaluation.runner import EpisodeLog
+from verlog.evaluation.runner import EnvSettings, EpisodeLog, play
 from verlog.evaluation.scoring import overall
-from verlog.evaluation.suites import episode_seed, game_of, resolve_suite, short_name
+from verlog.evaluation.suites import SUITES, episode_seed, game_of, resolve_suite, short_name
 from verlog.vector import sub_env_info
 
 GOTO, PICKUP = "verlog/BabyAI-GoTo-v0", "verlog/BabyAI-Pickup-v0"
+COUNTED = "verlog_test/CountedLine-v0"
 SHORT = {"max_episode_steps": 12}  # short episodes keep the end-to-end tests fast
 
 
@@ -122,6 +125,30 @@ def test_random_baseline_writes_every_output_and_ignores_the_schedule(tmp_path: 
     assert _by_episode(_records(tmp_path / "b")) == _by_episode(records)
 
 
+class _CountedLine(LineEnv):
+    """The test line walk, keeping the seed of every episode begun (the sync vector env runs it here)."""
+
+    begun: ClassVar[list[int | None]] = []
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[str, dict]:
+        _CountedLine.begun.append(seed)
+        return super().reset(seed=seed, options=options)
+
+
+@pytest.mark.parametrize("num_envs", [1, 2, 8])
+def test_an_evaluation_begins_only_the_episodes_it_plays(num_envs: int) -> None:
+    """No autoreset after an episode: a TextWorld game is generated on the reset that begins it (minutes)."""
+    if COUNTED not in gym.registry:
+        gym.register(COUNTED, entry_point=_CountedLine)
+    _CountedLine.begun.clear()
+    records: list[dict] = []
+    settings = EnvSettings(num_envs=num_envs, env_kwargs={"max_steps": 4})
+    assert play(RandomAgent(), [COUNTED], 5, 0, settings, on_record=records.append) == 5
+    assert len(_CountedLine.begun) == 5, _CountedLine.begun  # one reset per episode played, no autoreset
+    seeds = sorted(episode_seed(0, COUNTED, i) for i in range(5))
+    assert sorted(_CountedLine.begun) == seeds == sorted(r["seed"] for r in records)
+
+
 def test_a_crashed_evaluation_resumes_without_replaying(tmp_path: Path) -> None:
     common = {"suite": [GOTO, PICKUP], "episodes": 4, "num_envs": 3, "env_kwargs": SHORT}
     whole = evaluate("random", out=tmp_path / "whole", **common)
@@ -203,10 +230,24 @@ def test_cli_command_and_its_errors(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert all(r["length"] <= 5 for r in _records(out))
     bad = parser.parse_args(["eval", "random", "--suite", "verlog/BabyAI-Goto-v0", "--quiet"])
     assert run_eval(bad) == 2
-    assert "did you mean" in capsys.readouterr().err
+    assert "did you mean 'verlog/BabyAI-GoTo-v0'" in capsys.readouterr().err
+    typo = parser.parse_args(["eval", "random", "--suite", "balrgo", "--quiet"])
+    assert run_eval(typo) == 2
+    err = capsys.readouterr().err
+    assert "no suite or env id 'balrgo' (did you mean 'balrog'?)" in err and len(err.splitlines()) == 1
+    assert f"suites: {', '.join(SUITES)};" in err and "`verlog list`" in err
     wrong = parser.parse_args(["eval", "random", "--suite", GOTO, "--quiet", "--env-kwargs", "{ speed = 3 }"])
     assert run_eval(wrong) == 2
     assert "speed" in capsys.readouterr().err
+
+
+def test_eval_help_lists_every_suite(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())  # argparse wraps the help
+    suites = text.split("--suite SUITE ", 1)[1].split("--episodes", 1)[0]  # the option, not the usage
+    assert [name for name in SUITES if f"{name} (" not in suites] == []
+    assert "balrog (all 56)" in suites and "babaisai (40 tasks)" in suites
 
 
 # ---------------------------------------------------------------------------------------------- models

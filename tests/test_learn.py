@@ -309,3 +309,31 @@ def test_the_real_model_judge_can_play_the_panels_best_checkpoint(tmp_path: Path
     mark_best(tmp_path, 32, {"eval/success": 0.5})
     assert real.checkpoint_judged(tmp_path, "best") == 32
     assert real.checkpoint_judged(tmp_path, "newest") == 48
+
+
+@pytest.mark.slow
+def test_the_quick_preset_shows_learning_within_its_run(tmp_path: Path) -> None:
+    """envs/quick.toml is the run a newcomer watches learn (about two minutes on 2 cores): over its 15 updates
+    invalid answers fall, entropy falls and success rises (means of the first and last 5 updates, as its
+    closing panel shows them)."""
+    import os
+    import subprocess
+
+    command = [
+        sys.executable, "agents/ppo.py", "--config", "envs/quick.toml", f"run.output_dir={tmp_path}",
+        f"model.path={tmp_path / 'model'}",
+    ]  # fmt: skip
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [json.loads(line) for line in (tmp_path / "quick-0001" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["update"] for r in rows] == list(range(1, 16))
+
+    def mean(part: list[dict], key: str) -> float:
+        return sum(r[key] for r in part) / len(part)
+
+    first, last = rows[:5], rows[-5:]
+    assert mean(last, "env/invalid_action_rate") < mean(first, "env/invalid_action_rate") - 0.15
+    assert mean(last, "losses/entropy") < mean(first, "losses/entropy") - 0.5
+    assert mean(last, "env/success") > mean(first, "env/success") + 0.05
+    assert "first→last  success" in done.stdout

@@ -89,3 +89,24 @@ def test_rerunning_a_cell_keeps_the_old_entry_under_earlier_runs(judge, tmp_path
     assert [s["passed"] for s in other["seeds"] if s["variant"] == "verlog"] == [False]
     assert other["earlier_runs"] == [{"variant": "verlog", "seed": 1, "passed": True}]
     assert other["seeds_failed"] == [["grpo", 1], ["verlog", 1]]
+
+
+def test_long_run_health_flags_growing_memory_and_sums_the_counters() -> None:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    spec = importlib.util.spec_from_file_location("long_run_check", ROOT / "benchmarks" / "long_run.py")
+    long_run = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(long_run)
+
+    def records(mb: list[float]) -> list[dict]:
+        return [{"update": i + 1, "global_step": 512 * (i + 1), "sys/rss_mb": m, "time/total": 36.0,
+                 "charts/episodes": 2.0, "charts/episodes_truncated": 1.0, "env/prompt_cuts": 0.0,
+                 "charts/episodes_running": 30.0} for i, m in enumerate(mb)]  # fmt: skip
+
+    settled = [2000.0] * long_run.SETTLE_UPDATES  # the first updates (allocators filling up) are left out
+    flat = long_run.memory_health(records(settled + [1000.0, 1010.0, 995.0, 1005.0, 1000.0] * 4), 0.1)
+    assert flat["flat"] and abs(flat["growth"]) < 0.02
+    growing = long_run.memory_health(records(settled + [1000.0 + 20 * i for i in range(20)]), 0.1)
+    assert not growing["flat"] and growing["growth"] > 0.1 and growing["slope_mb_per_hour"] > 0
+    counts = long_run.counters(records([1000.0] * 4))
+    assert counts == {"episodes_ended": 8.0, "episodes_truncated": 4.0, "prompt_cuts": 0.0,
+                      "mean_episodes_running_at_window_edge": 30.0, "turns": 2048.0}  # fmt: skip

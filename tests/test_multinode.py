@@ -189,7 +189,7 @@ def same_weights(a: Path, b: Path) -> bool:
 
 def check_two_machine_run(out: str, run: Path, model_path: Path, *, engine: str) -> None:
     """One run of 2 processes over both machines: its folder, metrics and checkpoints."""
-    assert f"2 process(es), {engine}" in out
+    assert f"setup: 2 processes on cpu, {engine}, " in out
     assert [p.name for p in run.parent.iterdir() if p.name.startswith("tiny-")] == [run.name]  # one folder
     rows = records(run)
     assert [r["update"] for r in rows] == [1.0, 2.0]  # two updates, logged once each
@@ -221,7 +221,7 @@ def check_two_machine_run(out: str, run: Path, model_path: Path, *, engine: str)
 DDP = ["--config_file", str(CONFIGS / "cpu_2proc.yaml")]
 # Over several machines DeepSpeed's own launcher wants a hostfile and ssh; "standard" runs torchrun per machine.
 ZERO3 = ["--config_file", str(CONFIGS / "zero3_cpu_2proc.yaml"), "--deepspeed_multinode_launcher", "standard"]
-ENGINES = {"ddp": (DDP, "MULTI_CPU"), "zero3": (ZERO3, "DeepSpeed ZeRO-3")}
+ENGINES = {"ddp": (DDP, "DDP"), "zero3": (ZERO3, "DeepSpeed ZeRO-3")}
 
 
 def train_resume_and_match(

@@ -83,6 +83,7 @@ def test_two_updates_through_the_script(tmp_path: Path) -> None:
         "env.num_envs=2", "ppo.turns_per_update=2", "ppo.critic_warmup_batches=1", "ppo.critic_warmup_iters=1",
     ]  # fmt: skip
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    env.pop("COLUMNS", None)  # stdout is a pipe here, as when a run's output goes to a file
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     run_dir = tmp_path / "tiny-0001"
@@ -102,14 +103,25 @@ def test_two_updates_through_the_script(tmp_path: Path) -> None:
     assert (run_dir / "checkpoints" / "000002" / "actor" / "config.json").is_file()
     assert load_config(run_dir / "config.toml").run.total_updates == 2
     assert "pg_loss" in done.stdout  # the console table
+    lines = (done.stdout + done.stderr).splitlines()
+    wide = [
+        line for line in lines if len(line) > 80 and str(tmp_path) not in line
+    ]  # a path is as long as it is
+    assert not wide, wide  # the table, the setup line and the panel fit 80 columns in a file too
+    assert "setup: 1 process on cpu, fp32, transformers sampler" in done.stdout
     # A quiet console: the libraries' notices and progress bars are in the run's log file, not on screen.
     shown = done.stdout + done.stderr
     assert "critic head initialised fresh" in shown
     assert "PPO run finished" in done.stdout and f"verlog report {run_dir}" in done.stdout
+    # The preset's closing note: a newcomer's first run says what it showed and where to watch one learn.
+    assert done.stdout.rstrip().endswith(
+        "note: machinery check (random model); for learning: --config envs/quick.toml"
+    )
     for noise in ("LOAD REPORT", "Removed shared tensor", "Setting accelerator", "it/s]"):
         assert noise not in shown, noise
     log = (run_dir / "console.log").read_text()
     assert "LOAD REPORT" in log and "Removed shared tensor" in log
+    assert "setup, why: fp32 (model.mixed_precision = " in log and "transformers sampler (auto: " in log
 
 
 def test_resume_continues_exactly(tmp_path: Path, model_path: Path) -> None:

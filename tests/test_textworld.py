@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import gymnasium as gym
 import pytest
 
@@ -60,9 +65,6 @@ def test_garbage_with_backslashes_neither_crashes_nor_hangs_the_game() -> None:
     """Dumb frotz reads a line starting with a backslash as its own interface command; some of those killed the
     process (a segfault, found by sampling the text action space) or hung it. Run in a child so a regression
     fails this test, not the whole suite."""
-    import subprocess
-    import sys
-
     done = subprocess.run([sys.executable, "-c", _GARBAGE_STEPS], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and "survived" in done.stdout, done.stderr[-2000:]
 
@@ -73,3 +75,20 @@ def test_an_unfinished_game_ends_at_the_step_limit_with_its_partial_score() -> N
     for _ in range(3):
         *_, terminated, truncated, info = env.step("look")
     assert truncated and not terminated and info["progression"] == 0.0
+
+
+def test_a_first_evaluation_says_it_generates_games_and_makes_only_the_one_it_plays(tmp_path: Path) -> None:
+    """A first ``verlog eval`` on TextWorld waits for games to be generated (seconds to minutes each): it says
+    so, and makes only the game of the one episode it plays (an autoreset after it used to make another)."""
+    cache = tmp_path / "cache"
+    command = [
+        sys.executable, "-m", "verlog", "eval", "random", "--suite", IDS[0], "--episodes", "1", "--quiet",
+        "--env-kwargs", "{ games = 25, max_steps = 3 }", "--out", str(tmp_path / "out"),
+    ]  # fmt: skip
+    env = {**os.environ, "VERLOG_CACHE": str(cache)}
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    said = [line for line in done.stderr.splitlines() if "generating TextWorld games (first use" in line]
+    games = list((cache / "textworld" / "coin_collector").glob("*.z8"))
+    assert len(games) == 1 and len(said) == 1, done.stderr
+    assert said[0].endswith(f"coin_collector game {games[0].stem.rsplit('-', 1)[1]} ...")

@@ -96,6 +96,29 @@ def test_autoreset_gives_final_obs_and_the_next_episode(mode: str) -> None:
         envs.close()
 
 
+def test_without_autoreset_an_ended_env_waits_for_the_callers_reset(mode: str) -> None:
+    envs = verlog.make_vec(TOY_ID, 2, vectorization_mode=mode, max_steps=3, autoreset=False)
+    try:
+        envs.reset(seed=[5, 6])
+        for _ in range(3):
+            _, _, terminated, truncated, infos = envs.step(("wait", "wait"))
+        assert truncated.all() and not terminated.any() and infos["_final_info"].all()
+        played = envs.call("replay_state")
+        for _ in range(2):  # idle steps: nothing happens, no new episode begins
+            _, rewards, terminated, truncated, _ = envs.step(("right", "right"))
+            assert not rewards.any() and not terminated.any() and not truncated.any()
+        assert envs.call("replay_state") == played  # still episode 5 and 6, three actions each
+        obs, _ = envs.reset(seed=[9, None], options={"reset_mask": np.array([True, False])})
+        states = envs.call("replay_state")
+        assert states[0]["seed"] == 9 and states[0]["actions"] == [] and states[1] == played[1]
+        assert obs[0] == LineEnv(max_steps=3).reset(seed=9)[0]
+        envs.step(("wait", "wait"))  # the reset one plays on; the other still waits
+        states = envs.call("replay_state")
+        assert states[0]["actions"] == ["wait"] and states[1] == played[1]
+    finally:
+        envs.close()
+
+
 def test_sync_error_names_the_env_and_keeps_everything() -> None:
     envs = verlog.make_vec(TOY_ID, 3, seed=0)
     envs.reset()

@@ -164,8 +164,9 @@ def test_ppo_with_vllm_completes_and_resumes_exactly(tiny: Path, tmp_path: Path)
     launch = ["-m", "accelerate.commands.launch", "--num_processes=1", "--num_machines=1",
               "--mixed_precision=no", "--dynamo_backend=no"]  # fmt: skip
     done = _ppo(*launch, "agents/ppo.py", "--config", "envs/tiny.toml", *overrides, env=env)
-    assert "sampler: vllm (sampling.backend = vllm)" in done.stdout + done.stderr
+    assert ", vllm sampler" in done.stdout + done.stderr
     first = tmp_path / "tiny-0001"
+    assert "vllm sampler (sampling.backend = vllm)" in (first / "console.log").read_text()
     _assert_engine_chatter_kept_in(first / "console.log", done.stdout + done.stderr)
     records = _records(first)
     assert [r["update"] for r in records] == [0.0, 1.0, 2.0, 3.0]

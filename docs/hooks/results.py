@@ -11,9 +11,11 @@ and ``tests/test_docs.py`` fails when it differs from what the files say.
 
 A demonstration is one line of :data:`DEMONSTRATIONS` (its results file and title). A file holds a ``seeds``
 list (and ``earlier_runs``, the runs a rerun replaced); each entry has ``seed``, ``passed``, and a before and an
-after block: ``zero_shot``/``trained`` (``benchmarks/learn_real.py``), ``initial``/``trained`` or
-``before``/``after``. A block's figure is its ``success`` (a fraction), else its ``progression`` or ``return``,
-each with ``<name>_se`` (or ``se``). A field that is missing leaves its cell empty.
+after block: ``zero_shot``/``trained`` (``benchmarks/learn_real.py``), ``initial``/``trained``,
+``untrained``/``trained`` (``benchmarks/learn_crafter.py``) or ``before``/``after``; a ``random`` block beside them
+is random's figure on the same episodes. A block's figure is its ``success`` (a fraction), else its
+``progression`` (a fraction) or ``return``, each with ``<name>_se`` (or ``se``). A field that is missing leaves
+its cell empty.
 
 Stdlib only: the tests import it without mkdocs.
 """
@@ -33,6 +35,7 @@ RESULTS = ROOT / "benchmarks" / "results"
 #: The demonstrations README's headline table and the results page show: (results file, title). One line each.
 DEMONSTRATIONS: list[tuple[str, str]] = [
     ("learn.json", "Tiny random model, BabyAI GoTo (`nox -s learn`)"),
+    ("learn_crafter.json", "Tiny random model, Crafter, ~170-turn episodes (`nox -s learn_crafter`)"),
     ("learn_real.json", "SmolLM2-135M, BabyAI GoTo in a 5×5 room (`nox -s learn_real`)"),
     ("learn_goto.json", "SmolLM2-135M, BALROG's GoTo through a curriculum (`nox -s learn_goto`)"),
     (
@@ -51,7 +54,7 @@ OTHER_RECIPES: list[tuple[str, str]] = [
 ]
 
 MARKER = re.compile(r"^([ \t]*)<!-- results: ([a-z0-9_]+) -->[ \t]*$", re.MULTILINE)
-README_BLOCK = re.compile(r"(<!-- results: headline -->\n).*?(<!-- /results -->)", re.DOTALL)
+README_BLOCK = re.compile(r"(<!-- results: ([a-z0-9_]+) -->\n).*?(<!-- /results -->)", re.DOTALL)
 
 
 # ---------------------------------------------------------------------------------------------- reading
@@ -98,7 +101,7 @@ def _metric(block: Mapping[str, Any] | None) -> str:
 
 def before_after(entry: Mapping[str, Any]) -> tuple[Mapping[str, Any] | None, Mapping[str, Any] | None]:
     """The blocks before and after training, under whichever names the file uses."""
-    return _first(entry, "zero_shot", "initial", "before"), _first(entry, "trained", "after")
+    return _first(entry, "zero_shot", "initial", "untrained", "before"), _first(entry, "trained", "after")
 
 
 def seeds(data: Mapping[str, Any], *, earlier: bool = False) -> list[dict[str, Any]]:
@@ -208,6 +211,137 @@ def demonstrations(files: Iterable[tuple[str, str]]) -> str:
     return table(
         ["recipe", "seed", "before", "after", "gain (SE)", "invalid answers", "rollbacks", "wall", ""], rows
     )
+
+
+def _crafter_cell(block: Mapping[str, Any] | None, key: str, scale: float = 1.0, digits: int = 2) -> str:
+    value, se = _number((block or {}).get(key)), _number((block or {}).get(f"{key}_se"))
+    if value is None:
+        return ""
+    return f"{value * scale:.{digits}f}" + (f" ± {se * scale:.{digits}f}" if se is not None else "")
+
+
+def _load(entry: Mapping[str, Any]) -> str:
+    """`` (load A–B)``: the 1-minute load average when the run started and ended, on a 2-core machine."""
+    load = entry.get("load_average")
+    return f" (load {load[0]:.1f}–{load[1]:.1f})" if isinstance(load, list) and len(load) == 2 else ""
+
+
+def crafter(name: str = "learn_crafter.json") -> str:
+    """The Crafter judge's figures: random, the untrained and each seed's trained model on the same held-out
+    episodes (return, achievements, progression, length), the smallest gain in SEs and the training time."""
+    data = load(name)
+    entries = seeds(data)
+    rows = []
+    for label, block in (("random", entries[0].get("random")), ("untrained", before_after(entries[0])[0])):
+        rows.append(
+            [
+                label,
+                _crafter_cell(block, "return"),
+                _crafter_cell(block, "achievements"),
+                _crafter_cell(block, "progression", 100, 1),
+                _crafter_cell(block, "length", 1, 0),
+                "",
+                "",
+                "",
+            ]
+        )
+    for e in entries:
+        block, gains = e.get("trained"), e.get("gains", {})
+        z = min(
+            (_number(g.get("z")) for g in gains.values()),
+            default=None,
+            key=lambda v: v if v is not None else 0,
+        )
+        rows.append([f"{e.get('variant', 'trained')}, seed {e.get('seed')}", _crafter_cell(block, "return"),
+                     _crafter_cell(block, "achievements"), _crafter_cell(block, "progression", 100, 1),
+                     _crafter_cell(block, "length", 1, 0), f"{z:+.1f}" if z is not None else "",
+                     _minutes(e.get("train_s")) + _load(e), _verdict(e.get("passed"))])  # fmt: skip
+    header = [
+        "agent",
+        "return",
+        "achievements",
+        "progression %",
+        "length",
+        "min gain (SE)",
+        "training (load)",
+        "",
+    ]
+    return table(header, rows)
+
+
+def crafter_achievements(name: str = "learn_crafter.json") -> str:
+    """Per-achievement success rates on the held-out episodes: random, untrained, and the seeds' trained mean."""
+    entries = seeds(load(name))
+    blocks = [("random", entries[0].get("random")), ("untrained", before_after(entries[0])[0])]
+    trained = [e.get("trained") or {} for e in entries]
+    names = sorted({a for _, b in blocks for a in (b or {}).get("achievement_rates", {})}
+                   | {a for b in trained for a in b.get("achievement_rates", {})})  # fmt: skip
+    rows = []
+    for a in names:
+        cells = [f"{100 * (b or {}).get('achievement_rates', {}).get(a, 0.0):.0f} %" for _, b in blocks]
+        mean = sum(b.get("achievement_rates", {}).get(a, 0.0) for b in trained) / max(1, len(trained))
+        rows.append([a, *cells, f"{100 * mean:.0f} %"])
+    return table(["achievement", "random", "untrained", f"trained (mean of {len(trained)} seeds)"], rows)
+
+
+def ablation(name: str = "learn_crafter_ablation.json") -> str:
+    """One row per ablation variant: trained return and progression over its seeds, the per-seed gain over the
+    untrained model, the updates it took at the shared turn budget."""
+    data = load(name)
+    rows = []
+    for r in data.get("table", []):
+        rows.append([f"`{r['variant']}`", ", ".join(str(s) for s in r["seeds"]),
+                     _crafter_cell(r, "return"), _crafter_cell(r, "progression", 100, 1), f"{r['length']:.0f}",
+                     ", ".join(f"{z:+.1f}" for z in r["z_return_over_untrained"]),
+                     ", ".join(f"{z:+.1f}" for z in r.get("z_return_over_random", [])),
+                     ", ".join(str(u) for u in r["updates"]), ", ".join(_verdict(p) for p in r.get("passed", []))])  # fmt: skip
+    header = ["variant", "seeds", "return", "progression %", "length", "return gain (SE) over untrained",
+              "over random", "updates", "passed"]  # fmt: skip
+    return table(header, rows)
+
+
+def crafter_reading(name: str = "learn_crafter_ablation.json") -> str:
+    """What each piece buys, in one sentence per variant, read off the ablation table against ``verlog``'s row."""
+    rows = {r["variant"]: r for r in load(name).get("table", [])}
+    base = rows.get("verlog")
+    if base is None:
+        return ""
+    words = {
+        "no-bootstrap": "Without the window-edge bootstrap",
+        "no-warmup": "Without critic pre-training",
+        "grpo": "With GRPO, which must wait for whole episodes,",
+        "entropy": "With the entropy bonus",
+    }
+    lines = []
+    for variant, lead in words.items():
+        r = rows.get(variant)
+        if r is None:
+            continue
+        gap = r["return"] - base["return"]
+        se = math.sqrt((r.get("return_se") or 0.0) ** 2 + (base.get("return_se") or 0.0) ** 2)
+        seeds = len(r["seeds"])
+        lines.append(
+            f"- {lead} the trained return was {r['return']:.2f} against {base['return']:.2f} "
+            f"({gap:+.2f}{f' ± {se:.2f} over seeds' if se and math.isfinite(se) else ''}; "
+            f"{seeds} seed{'s' if seeds > 1 else ''}, {', '.join(str(u) for u in r['updates'])} updates)."
+        )
+    return "\n".join(lines)
+
+
+def long_run(name: str = "long_run.json") -> str:
+    """The hour-long run's memory and counters."""
+    data = load(name)
+    mem, counts = data["memory"], data["counters"]
+    rows = [
+        ["training", _minutes(data.get("train_s")), "updates", data.get("updates")],
+        ["resident memory, first fifth (median)", f"{mem['first_fifth_median_mb']:.0f} MB", "last fifth",
+         f"{mem['last_fifth_median_mb']:.0f} MB ({100 * mem['growth']:+.1f} %)"],
+        ["episodes ended", f"{counts['episodes_ended']:.0f}", "truncated by the step limit",
+         f"{counts['episodes_truncated']:.0f}"],
+        ["prompts cut to fit", f"{counts['prompt_cuts']:.0f}", "episodes carried over a window edge (mean)",
+         f"{counts['mean_episodes_running_at_window_edge']:.1f}"],
+    ]  # fmt: skip
+    return table(["", "", "", ""], rows)
 
 
 def runs() -> str:
@@ -410,6 +544,11 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "prompts": prompts,
     "first_moves": first_moves,
     "rollout_smollm2": rollout_smollm2,
+    "crafter": crafter,
+    "crafter_achievements": crafter_achievements,
+    "ablation": ablation,
+    "crafter_reading": crafter_reading,
+    "long_run": long_run,
 }
 
 
@@ -432,10 +571,11 @@ def expand(markdown: str) -> str:
 
 
 def readme_block(text: str) -> str:
-    """README's text with its headline block rewritten from the results files."""
-    if not README_BLOCK.search(text):
+    """README's text with each ``<!-- results: NAME -->`` ... ``<!-- /results -->`` block (the headline table
+    first) rewritten from the results files."""
+    if "<!-- results: headline -->" not in text or not README_BLOCK.search(text):
         raise ValueError("README.md has no '<!-- results: headline -->' ... '<!-- /results -->' block")
-    return README_BLOCK.sub(lambda m: m.group(1) + headline() + "\n" + m.group(2), text)
+    return README_BLOCK.sub(lambda m: m.group(1) + render(m.group(2)) + "\n" + m.group(3), text)
 
 
 # ------------------------------------------------------------------------------------------ mkdocs hooks

@@ -15,7 +15,9 @@ its arguments; ``main`` builds the argparse parser from the registry. To add one
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
+import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +29,7 @@ from verlog.models.command import MODELS_HELP, add_models_arguments, run_models
 from verlog.pipes import closed_pipe_ok
 from verlog.report import REPORT_HELP, add_report_arguments, run_report
 
-__all__ = ["COMMANDS", "Command", "build_parser", "main", "subcommand"]
+__all__ = ["COMMANDS", "QUIT_WORDS", "Command", "build_parser", "main", "subcommand"]
 
 
 @dataclass(frozen=True)
@@ -106,12 +108,30 @@ def list_command(args: argparse.Namespace) -> int:
     import gymnasium as gym
 
     del args
-    ids = _verlog_ids()
-    width = max((len(env_id) for env_id in ids), default=0)
-    for env_id in ids:
-        description = getattr(gym.registry[env_id], "description", "")
-        print(f"{env_id:<{width}}  {description}".rstrip())
+    rows = [(env_id, getattr(gym.registry[env_id], "description", "")) for env_id in _verlog_ids()]
+    for line in _id_table(rows, shutil.get_terminal_size().columns):  # $COLUMNS, the terminal's, else 80
+        print(line)
     return 0
+
+
+def _id_table(rows: list[tuple[str, str]], width: int) -> list[str]:
+    """``id  description`` lines within ``width`` columns, the description column placed where the table is
+    shortest: a longer description wraps in its column, and a longer id (BabaIsAI's longest level families)
+    takes a line of its own above its description."""
+
+    def table(column: int) -> list[str]:
+        lines = []
+        for name, description in rows:
+            wrapped = textwrap.wrap(description, width - column - 2) or [""]
+            if len(name) <= column:
+                lines.append(f"{name:<{column}}  {wrapped.pop(0)}".rstrip())
+            else:
+                lines.append(name)
+            lines.extend(" " * (column + 2) + part for part in wrapped)
+        return lines
+
+    columns = sorted({len(name) for name, _ in rows if len(name) <= width - 22}) or [max(width - 22, 0)]
+    return min((table(column) for column in columns), key=len)
 
 
 # ---------------------------------------------------------------------------------------------- verlog play
@@ -185,27 +205,33 @@ def _listed(actions: list[str]) -> str:
     return "Valid actions: " + "  ".join(f"[bold]{i}[/] {escape(a)}" for i, a in enumerate(actions, 1))
 
 
+#: What ends ``verlog play`` at the action prompt (as Ctrl-D does), whatever the game: a player types them first.
+QUIT_WORDS = frozenset({"q", "quit", "exit"})
+
+
 def _prompt(console: Any) -> str:
     """The prompt as input() takes it: readline must know its length to redraw a recalled line, so colour
     codes are wrapped in \\001 ... \\002 (zero width), and only on a terminal."""
-    text = "Your action (text or number; Ctrl-D quits): "
+    text = "Your action (text or number; q quits): "
     if not console.is_terminal or console.no_color:
         return text
     return "\001\x1b[1;32m\002Your action\001\x1b[0m\002" + text.removeprefix("Your action")
 
 
 def _ask(console: Any, env: Any, actions: list[str], raw: bool) -> str:
-    """One line from the player. Unless ``raw``, a line that names no action (empty, a number out of
-    range, a typo, a stray escape sequence) is answered with the valid actions and asked again, so it
-    never spends a step."""
+    """One line from the player; ``q``, ``quit`` or ``exit`` end the game (EOFError, as Ctrl-D does), even
+    with ``raw``. Unless ``raw``, a line that names no action (empty, a number out of range, a typo, a stray
+    escape sequence) is answered with the valid actions and asked again, so it never spends a step."""
     from rich.markup import escape
 
     parse = getattr(env.unwrapped, "parse", None)
     while True:
         typed = input(_prompt(console))
+        text = typed.strip()
+        if text.lower() in QUIT_WORDS:
+            raise EOFError
         if raw:
             return typed
-        text = typed.strip()
         if text.isdigit() and actions:
             if 0 < int(text) <= len(actions):
                 return text

@@ -75,6 +75,8 @@ class RunConfig:
     """Turns kept per env family (a Mixed env's task or level) each time samples are written."""
     console: bool = True
     """Show a progress bar and a per-update table on the console."""
+    note: str = ""
+    """A line the console ends the run on: what this preset shows and where to see more (envs/tiny.toml's)."""
     torch_threads: int = 0
     """CPU threads of torch (0 = torch's default; 1 is fastest for tiny models on a busy machine)."""
     collective_timeout: float = 600.0

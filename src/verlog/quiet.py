@@ -26,7 +26,15 @@ import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["LOG_FILE", "THIRD_PARTY", "attach_run_log", "is_quiet", "native_output", "quiet_console"]
+__all__ = [
+    "LOG_FILE",
+    "THIRD_PARTY",
+    "attach_run_log",
+    "detail",
+    "is_quiet",
+    "native_output",
+    "quiet_console",
+]
 
 #: File name of the third-party log inside a run folder (``console.rank<N>.log`` for processes other than 0).
 LOG_FILE = "console.log"
@@ -177,6 +185,16 @@ def attach_run_log(run_dir: str | Path, rank: int = 0, *, file_name: str = LOG_F
 def is_quiet() -> bool:
     """Whether :func:`quiet_console` is in force (a library's own code may ask before it starts something loud)."""
     return _handler is not None
+
+
+def detail(text: str) -> None:
+    """A verlog line that would crowd the console (why a precision or a sampler was chosen): into the run log
+    while quiet, on stderr (main process only) with ``--verbose`` or from Python."""
+    if _handler is not None:
+        record = {"name": "verlog", "levelno": logging.INFO, "levelname": "INFO", "msg": text}
+        _handler.handle(logging.makeLogRecord(record))
+    elif os.environ.get("RANK", "0") == "0":
+        print(text, file=sys.stderr, flush=True)
 
 
 @contextlib.contextmanager

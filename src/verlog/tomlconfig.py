@@ -2,8 +2,8 @@
 
 Generic over the root dataclass (a dataclass whose fields are dataclasses, one per TOML table), so the
 learner's :class:`verlog.config.Config` keeps only its fields and its own checks. Types are checked
-against the type hints, unknown keys are errors that list the valid ones, and the attribute docstrings
-(the string right after each field) are the help text.
+against the type hints, an unknown key is a one-line error naming the closest valid ones, and the attribute
+docstrings (the string right after each field) are the help text.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ import typing
 from functools import cache
 from pathlib import Path
 from typing import Any, Literal, TypeVar
+
+from verlog.hints import did_you_mean
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -73,9 +75,7 @@ def _apply_override(root: type, data: dict[str, Any], item: str) -> None:
     key, sep, text = item.partition("=")
     parts = key.strip().split(".")
     if not sep or len(parts) < 2 or not all(parts):
-        raise ConfigError(
-            f"override {item!r} is not of the form section.key=value; valid keys:\n{_key_list(root)}"
-        )
+        raise ConfigError(f"override {item!r} is not of the form section.key=value, e.g. ppo.actor_lr=1e-4")
     target = data
     for part in parts[:-1]:
         target = target.setdefault(part, {})
@@ -98,8 +98,11 @@ def _build(root: type, cls: type, data: Any, prefix: str) -> Any:
     hints = _hints(cls)
     unknown = sorted(set(data) - set(hints))
     if unknown:
+        value = data[unknown[0]]
         name = prefix + unknown[0]
-        raise ConfigError(f"unknown config key {name!r}; valid keys:\n{_key_list(root)}")
+        if not prefix and isinstance(value, dict) and value:  # an unknown section: name one of its keys
+            name += "." + next(iter(value))
+        raise ConfigError(_unknown_key(root, name))
     kwargs = {}
     for name, value in data.items():
         hint = hints[name]
@@ -138,12 +141,17 @@ def _check(key: str, hint: Any, value: Any) -> Any:
     return value
 
 
-def _key_list(root: type) -> str:
-    keys = []
-    for section in dataclasses.fields(root):
-        cls = _hints(root)[section.name]
-        keys.extend(f"  {section.name}.{f.name}" for f in dataclasses.fields(cls))
-    return "\n".join(keys)
+def _unknown_key(root: type, name: str) -> str:
+    """One line: the unknown key and the closest valid ones (the same key in another section first)."""
+    keys = [
+        f"{section.name}.{f.name}"
+        for section in dataclasses.fields(root)
+        for f in dataclasses.fields(_hints(root)[section.name])
+    ]
+    same = [key for key in keys if key.rpartition(".")[2] == name.rpartition(".")[2]]
+    close = did_you_mean(name, keys, first=same)
+    where = f"({close})" if close else "(python agents/ppo.py --help-config lists every key)"
+    return f"unknown key {name!r} {where}"
 
 
 @cache

@@ -15,12 +15,15 @@ Two things are added to Gymnasium's classes, nothing else changes:
   episode, autoreset ones included, starts from an explicit seed.
 * a sub-env that raises gives a :class:`SubEnvError` naming the env index and the original exception. The
   sync vector env keeps every sub-env for inspection; the async one closes the other workers cleanly first.
+* ``make_vec(..., autoreset=False)``: a sub-env whose episode ended is not reset by the vector env (the
+  step still reports ``final_obs`` / ``final_info``); it stays at its end, its steps doing nothing, until the
+  caller resets it (a ``reset_mask``). An evaluation plays a known number of episodes, and an autoreset after
+  the last one would make a game (a TextWorld game takes seconds to generate) that is never played.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import importlib
 import inspect
 import time
@@ -32,6 +35,7 @@ import gymnasium as gym
 from gymnasium.envs.registration import load_env_creator, registry
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
+from verlog.hints import did_you_mean
 from verlog.memory import MEMORIES, wrap_memory
 from verlog.replay import EpisodeRecorder
 from verlog.workers import WatchedPipe, stop_workers, watched_worker
@@ -104,6 +108,38 @@ class _NamesIndexOnError(gym.Wrapper):
             return self.env.step(action)
         except Exception as error:
             raise SubEnvError(self.index, type(error).__name__, str(error)) from error
+
+
+#: What a sub-env's ``reset`` gets when the vector env itself calls it (an autoreset passes no argument).
+_AUTORESET: Any = object()
+
+
+class _HoldEnded(gym.Wrapper):
+    """For ``make_vec(..., autoreset=False)``: the vector env's own reset after an episode ends (``reset()``
+    with no argument, in both vector envs) is skipped. The sub-env keeps its last observation and its steps
+    do nothing (no reward, not done, the game untouched) until the caller resets it, seed or not."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        self._ended = self._held = False
+        self._last: Any = None
+
+    def reset(self, *, seed: Any = _AUTORESET, options: Any = _AUTORESET) -> tuple[Any, dict[str, Any]]:
+        if seed is _AUTORESET and options is _AUTORESET and self._ended:
+            self._held = True
+            return self._last, {}
+        self._ended = self._held = False
+        self._last, info = self.env.reset(
+            seed=None if seed is _AUTORESET else seed, options=None if options is _AUTORESET else options
+        )
+        return self._last, info
+
+    def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict[str, Any]]:
+        if self._held:
+            return self._last, 0.0, False, False, {}
+        self._last, reward, terminated, truncated, info = self.env.step(action)
+        self._ended = bool(terminated or truncated)
+        return self._last, reward, terminated, truncated, info
 
 
 class _SeedOnFirstReset:
@@ -226,11 +262,14 @@ class EnvFactory:
     memory_kwargs: Mapping[str, Any] = field(default_factory=dict)
     #: The sub-env's index, named by the :class:`SubEnvError` of a failing step or reset.
     index: int = 0
+    #: False: an ended episode waits for the caller's reset (see :func:`make_vec`).
+    autoreset: bool = True
 
     def __call__(self) -> gym.Env:
         env = gym.make(self.env_id, **self.env_kwargs)
         memory = wrap_memory(env, self.memory, **self.memory_kwargs)
-        return _NamesIndexOnError(EpisodeRecorder(memory), self.index)
+        named = _NamesIndexOnError(EpisodeRecorder(memory), self.index)
+        return named if self.autoreset else _HoldEnded(named)
 
 
 def make_vec(
@@ -242,6 +281,7 @@ def make_vec(
     memory_kwargs: Mapping[str, Any] | None = None,
     seed: int | None = None,
     step_timeout_s: float | None = None,
+    autoreset: bool = True,
     **env_kwargs: Any,
 ) -> TextSyncVectorEnv | TextAsyncVectorEnv:
     """Make ``num_envs`` copies of a registered text env, each in a memory, as one vector env.
@@ -256,6 +296,8 @@ def make_vec(
         seed: the first ``reset()`` without a seed seeds sub-env ``i`` with ``seed + i``.
         step_timeout_s: async only: a sub-env that takes longer for a step or reset is a :class:`SubEnvError`
             naming it (None: no limit).
+        autoreset: False: a sub-env whose episode ended is not reset until the caller resets it (with a
+            ``reset_mask``); until then its steps do nothing (its last observation, no reward, not done).
         **env_kwargs: the env's own keyword arguments (e.g. ``invalid_action_penalty=-0.1``), and
             :func:`gymnasium.make`'s ``max_episode_steps``.
 
@@ -276,7 +318,7 @@ def make_vec(
             f"step_timeout_s needs vectorization_mode='async' and a positive value, got {step_timeout_s}"
         )
     check_env_kwargs(env_id, env_kwargs)
-    factory = EnvFactory(env_id, dict(env_kwargs), memory, dict(memory_kwargs or {}))
+    factory = EnvFactory(env_id, dict(env_kwargs), memory, dict(memory_kwargs or {}), autoreset=autoreset)
     env_fns = [dataclasses.replace(factory, index=i) for i in range(num_envs)]
     if vectorization_mode == "sync":
         envs: TextSyncVectorEnv | TextAsyncVectorEnv = TextSyncVectorEnv(env_fns, seed=seed)
@@ -293,8 +335,7 @@ def check_env_kwargs(env_id: str, env_kwargs: Mapping[str, Any]) -> None:
         module, env_id = env_id.split(":", 1)
         importlib.import_module(module)
     if env_id not in registry:
-        close = difflib.get_close_matches(env_id, list(registry), n=3)
-        hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+        hint = f"; {close}" if (close := did_you_mean(env_id, registry)) else ""
         raise gym.error.UnregisteredEnv(
             f"no env registered with id {env_id!r}{hint} (`verlog list` lists them)"
         )

@@ -40,7 +40,9 @@ def _register(env_id: str, entry_point: str, description: str, **kwargs: Any) ->
     if env_id in registry:
         return
     register(id=env_id, entry_point=entry_point, kwargs=kwargs, disable_env_checker=False)
-    registry[env_id].description = description  # shown by `verlog list`
+    registry[
+        env_id
+    ].description = description  # shown by `verlog list`: short, it fits 80 columns beside the id
 
 
 def register_envs() -> None:
@@ -50,13 +52,13 @@ def register_envs() -> None:
         _register(
             f"verlog/BabyAI-{suffix}-v0",
             "verlog.envs.babyai:BabyAITextEnv",
-            f"BabyAI {task.replace('_', ' ')} (BALROG MixedTrainLocal), text observations",
+            f"BabyAI {task.replace('_', ' ')} (BALROG)",
             task=task,
         )
     _register(
         "verlog/BabyAI-Mixed-v0",
         "verlog.envs.babyai:BabyAITextEnv",
-        "BabyAI, one of the five task kinds drawn per reset",
+        "BabyAI, a task kind drawn per reset",
         task=tuple(BABYAI_TASKS),
     )
 
@@ -64,7 +66,7 @@ def register_envs() -> None:
     _register(
         "verlog/Crafter-v0",
         "verlog.envs.crafter:CrafterTextEnv",
-        "Crafter (BALROG settings), text observations, progression = achievements / 22",
+        "Crafter (BALROG), achievements / 22",
     )
 
     # --- BabaIsAI: the 40 BALROG level families, one id each; any family by level=; a mix drawn per reset
@@ -74,18 +76,18 @@ def register_envs() -> None:
         _register(
             f"verlog/BabaIsAI-{family}-v0",
             "verlog.envs.babaisai:BabaIsAIEnv",
-            f"BabaIsAI {family} (BALROG), text observations",
+            "BabaIsAI level family (BALROG)",
             level=family,
         )
     _register(
         "verlog/BabaIsAI-v0",
         "verlog.envs.babaisai:BabaIsAIEnv",
-        "BabaIsAI, the level family given as level=... (default goto_win)",
+        "BabaIsAI, the family given as level=",
     )
     _register(
         "verlog/BabaIsAI-Mixed-v0",
         "verlog.envs.babaisai:BabaIsAIEnv",
-        "BabaIsAI, one of the 40 BALROG level families drawn per reset",
+        "BabaIsAI, a family drawn per reset",
         levels=LEVELS,
     )
 
@@ -93,13 +95,13 @@ def register_envs() -> None:
     _register(
         "verlog/NetHack-v0",
         "verlog.envs.nethack:NetHackTextEnv",
-        "NetHack (NLE challenge), BALROG's text, progression = dungeon/experience milestones",
+        "NetHack (NLE challenge, BALROG's text)",
     )
     for task in MINIHACK_TASKS:
         _register(
             f"verlog/MiniHack-{task}-v0",
             "verlog.envs.nethack:MiniHackTextEnv",
-            f"MiniHack {task} (BALROG), text observations, progression = success",
+            f"MiniHack {task} (BALROG)",
             task=task,
         )
 
@@ -108,7 +110,7 @@ def register_envs() -> None:
         _register(
             f"verlog/TextWorld-{suffix}-v0",
             "verlog.envs.textworld_games:TextWorldTextEnv",
-            f"TextWorld {task.replace('_', ' ')} (BALROG difficulty), progression = max(score/max, won)",
+            f"TextWorld {task.replace('_', ' ')} (BALROG)",
             task=task,
         )
 

@@ -30,6 +30,7 @@ so the same kind and difficulty, not the same maps; treasure games are not filte
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import warnings
 from collections.abc import Iterator
@@ -99,11 +100,15 @@ def _cache_dir() -> Path:
 
 def game_path(task: str, index: int) -> Path:
     """The ``.z8`` file of game ``index`` of ``task``, generated (once, then cached) with TextWorld's
-    generator from seed ``index`` at BALROG's settings."""
+    generator from seed ``index`` at BALROG's settings. Generating takes seconds to minutes, so it says so on
+    the console (a warning-level record of the ``verlog`` logger: shown whether or not the console is quiet)."""
     challenge, settings, _ = TEXTWORLD_TASKS[task]
     path = _cache_dir() / task / f"{task}-{index}.z8"
     if path.exists():
         return path
+    logging.getLogger("verlog").warning(
+        f"generating TextWorld games (first use, cached after): {task} game {index} ..."
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     scratch = path.parent / f".{os.getpid()}-{index}"
     options = textworld.GameOptions()

@@ -45,7 +45,7 @@ from verlog.evaluation.agents import (
 )
 from verlog.evaluation.runner import EnvSettings, EpisodeLog, play
 from verlog.evaluation.scoring import summarize
-from verlog.evaluation.suites import episode_seed, episodes_label, game_of, resolve_suite
+from verlog.evaluation.suites import episode_seed, episodes_label, game_of, resolve_suite, suites_help
 from verlog.pipes import closed_pipe_ok
 from verlog.quiet import attach_run_log, quiet_console
 from verlog.runkit.folder import CHECKPOINTS, CONFIG_FILE
@@ -329,7 +329,7 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--suite",
         default="babyai",
-        help="babyai (5 tasks), babaisai (40 levels), crafter, or comma-separated env ids (default babyai)",
+        help=f"{suites_help()}, or comma-separated env ids (`verlog list`); default babyai",
     )
     parser.add_argument(
         "--episodes",

@@ -29,7 +29,7 @@ from verlog.evaluation.runner import EnvSettings, play
 from verlog.evaluation.scoring import group_stats
 from verlog.models.prompts import PromptBuilder
 
-__all__ = ["LearnerAgent", "own_random_stream", "play_panel"]
+__all__ = ["LearnerAgent", "own_random_stream", "panel_line", "play_panel"]
 
 
 class LearnerAgent:
@@ -90,3 +90,13 @@ def play_panel(config: Config, sampler: Any, prompts: PromptBuilder) -> dict[str
         "eval/episodes": float(stats["episodes"]),
         "time/eval": time.perf_counter() - clock,
     }
+
+
+def panel_line(update: int, metrics: dict[str, float]) -> str:
+    """The console's line for a panel played after ``update`` (:func:`play_panel`'s metrics)."""
+    m = metrics
+    return (
+        f"panel @{update}: success {m['eval/success']:.2f} ± {m['eval/success_se']:.2f}, "
+        f"score {m['eval/score']:.1f} ± {m['eval/score_se']:.1f}, invalid "
+        f"{m['eval/invalid_action_rate']:.2f} ({m['eval/episodes']:.0f} ep, {m['time/eval']:.1f}s)"
+    )

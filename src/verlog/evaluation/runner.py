@@ -2,9 +2,10 @@
 
 Each task gets one vector env (``verlog.make_vec``, sync or async) whose slots play that task's episodes until
 its N are done; several tasks run side by side while the slot budget (``num_envs``) allows, so one batched
-``act`` serves every waiting env of every open task. A slot that finishes an episode is reset (Gymnasium's
-``reset_mask``) with the seed of the task's next episode; a slot with nothing left idles (it is stepped
-with a filler action and its results are ignored) until its whole vector env closes.
+``act`` serves every waiting env of every open task. The vector envs do not autoreset: a slot that finishes an
+episode is reset (Gymnasium's ``reset_mask``) with the seed of the task's next episode, and a slot with
+nothing left idles at its end (it is stepped with a filler action that does nothing) until its whole vector
+env closes, so no episode is begun that is not played (a TextWorld game is generated on its first reset).
 
 Records are appended to ``episodes.jsonl`` as each episode ends. :class:`EpisodeLog` reads such a file back,
 tolerating a last line cut short by a crash, so a rerun skips the episodes already played.
@@ -116,6 +117,7 @@ class _TaskEnvs:
                 vectorization_mode=settings.vectorization_mode,
                 memory=settings.memory,
                 memory_kwargs=settings.memory_kwargs,
+                autoreset=False,
                 **settings.env_kwargs,
             )
         except TypeError as error:  # make_vec names the keyword the env does not take

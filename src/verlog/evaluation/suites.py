@@ -2,7 +2,8 @@
 
 A suite is a name (``babyai``: BALROG's five tasks, ``babaisai``: the 40 level families, ``crafter``,
 ``textworld``: three task kinds, ``minihack``: six tasks, ``nethack``, and ``balrog``: all six games, each
-task played as many times as BALROG plays it) or a list of registered ids. Episode ``i`` of task ``k`` is always reset with :func:`episode_seed` of
+task played as many times as BALROG plays it; :data:`SUITES` is the list ``--help`` and errors show) or a
+list of registered ids. Episode ``i`` of task ``k`` is always reset with :func:`episode_seed` of
 ``(base seed, k, i)``: the same episodes for every model and every run, whatever the number of parallel envs
 or the order episodes finish in, so scores are comparable (BALROG draws a fresh seed from the clock).
 """
@@ -14,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from verlog.envs.registration import BABYAI_TASKS, MINIHACK_TASKS, TEXTWORLD_TASKS
+from verlog.hints import did_you_mean
 
 __all__ = [
     "DEFAULT_EPISODES",
@@ -24,13 +26,16 @@ __all__ = [
     "game_of",
     "resolve_suite",
     "short_name",
+    "suites_help",
 ]
 
 #: Episodes per task that BALROG plays (``config.yaml``: babyai 10, babaisai 3, crafter 10, textworld 10,
 #: minihack 5, nle 5).
 DEFAULT_EPISODES = {"babyai": 10, "babaisai": 3, "crafter": 10, "textworld": 10, "minihack": 5, "nethack": 5}
+#: The games BALROG plays, each a suite of its own.
+GAMES = ("babyai", "babaisai", "crafter", "textworld", "minihack", "nethack")
 #: The suite names :func:`resolve_suite` knows; ``balrog`` is all six games, each with its episode count.
-SUITES = ("babyai", "babaisai", "crafter", "textworld", "minihack", "nethack", "balrog")
+SUITES = (*GAMES, "balrog")
 
 
 @dataclass(frozen=True)
@@ -62,6 +67,13 @@ def _babaisai_ids() -> tuple[str, ...]:
     return tuple(f"verlog/BabaIsAI-{family}-v0" for family in LEVELS)
 
 
+def suites_help() -> str:
+    """Every suite and its number of tasks, for ``--help``: ``babyai (5 tasks), ..., balrog (all 56)``."""
+    sizes = {game: len(_game_ids(game)) for game in GAMES}
+    named = [f"{game} ({size} task{'s' if size > 1 else ''})" for game, size in sizes.items()]
+    return ", ".join([*named, f"balrog (all {sum(sizes.values())})"])
+
+
 def _game_ids(game: str) -> tuple[str, ...]:
     """The ids BALROG plays of one game."""
     if game == "babyai":
@@ -87,11 +99,7 @@ def resolve_suite(spec: str | Sequence[str]) -> Suite:
     import verlog  # noqa: F401  (registers the verlog/... ids)
 
     if isinstance(spec, str) and spec in SUITES:
-        games = (
-            ("babyai", "babaisai", "crafter", "textworld", "minihack", "nethack")
-            if spec == "balrog"
-            else (spec,)
-        )
+        games = GAMES if spec == "balrog" else (spec,)
         tasks = tuple(task for game in games for task in _game_ids(game))
         name = spec
     else:
@@ -101,11 +109,13 @@ def resolve_suite(spec: str | Sequence[str]) -> Suite:
             raise ValueError("the suite names no env id")
         name = _custom_name(tasks)
     missing = [task for task in tasks if task not in gym.registry]
+    if len(tasks) == 1 and missing:  # a suite's name or one id
+        hint = f" ({close})" if (close := did_you_mean(missing[0], [*SUITES, *gym.registry])) else ""
+        raise gym.error.UnregisteredEnv(
+            f"no suite or env id {missing[0]!r}{hint}; suites: {', '.join(SUITES)}; env ids: `verlog list`"
+        )
     if missing:
-        import difflib
-
-        close = difflib.get_close_matches(missing[0], list(gym.registry), n=3)
-        hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+        hint = f"; {close}" if (close := did_you_mean(missing[0], gym.registry)) else ""
         more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
         raise gym.error.UnregisteredEnv(
             f"no env registered with id {missing[0]!r}{more}{hint} (`verlog list` lists them)"

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from verlog.config import Config
+from verlog.config import Config, ModelConfig
 from verlog.models.loading import (
     AdapterDisabled,
     LoraSpec,
@@ -36,9 +36,10 @@ from verlog.models.weights import full_weights
 from verlog.ppo.group_rollout import Brancher, GroupRollout, branch_width
 from verlog.ppo.rollout import Rollout
 from verlog.ppo.storage import GroupStorage, TurnStorage
+from verlog.runkit.distributed import from_main_process
 from verlog.sampling import Sampler, TransformersSampler, select_backend
 
-__all__ = ["Learner", "Models", "adamw", "build_models", "load_learner", "make_batches"]
+__all__ = ["Learner", "Models", "adamw", "build_models", "load_learner", "lora_spec", "make_batches"]
 
 
 @dataclass
@@ -66,15 +67,22 @@ class Learner:
     """Why that engine (``sampling.backend`` or what ``auto`` found)."""
 
 
+def lora_spec(model: ModelConfig) -> LoraSpec | None:
+    """``model.lora_*`` as the loader takes them; None (full fine-tuning) when ``model.lora_r`` is 0."""
+    if not model.lora_r:
+        return None
+    return LoraSpec(model.lora_r, model.lora_alpha, list(model.lora_target_modules))
+
+
 def load_learner(config: Config, dist: Any, lora: LoraSpec | None) -> Learner:
     """The model folder (built or converted by the main process on first use), the tokenizer, the models
     (:func:`build_models`) and the sampler: vLLM is started before the learner's models fill the GPU."""
-    from accelerate.utils import broadcast_object_list, set_seed
+    from accelerate.utils import set_seed
 
     model, accelerator = config.model, dist.actor
-    resolved = [resolve_model_path(model, config.env) if accelerator.is_main_process else ""]
-    broadcast_object_list(resolved)
-    model.path = resolved[0]
+    model.path = from_main_process(
+        resolve_model_path(model, config.env) if accelerator.is_main_process else ""
+    )
     set_seed(config.run.seed)  # fresh weights (value head, LoRA) start equal on every process
     tokenizer = load_tokenizer(model.path)
     backend, reason = select_backend(config.sampling.backend, accelerator.device, model.path)

@@ -22,18 +22,24 @@ import psutil  # accelerate's dependency
 import torch
 
 from verlog.config import Config
-from verlog.evaluation.panel import play_panel
+from verlog.evaluation.panel import panel_line, play_panel
 from verlog.models.loading import LoraSpec
 from verlog.models.prompts import PromptBuilder, prompt_builder
 from verlog.ppo.advantages import compute_advantages
-from verlog.ppo.build import load_learner, make_batches
+from verlog.ppo.build import load_learner, lora_spec, make_batches
 from verlog.ppo.checkpoints import TrainerCheckpoints
 from verlog.ppo.curriculum import Curriculum, stage_envs
 from verlog.ppo.rollout import score_batch
 from verlog.ppo.storage import TurnStorage
 from verlog.ppo.update import ppo_update
-from verlog.quiet import attach_run_log
-from verlog.runkit.distributed import init_processes, mean_over_processes, setup, sum_over_processes
+from verlog.quiet import attach_run_log, detail
+from verlog.runkit.distributed import (
+    from_main_process,
+    init_processes,
+    mean_over_processes,
+    setup,
+    sum_over_processes,
+)
 from verlog.runkit.faults import Diverged, Guard
 from verlog.runkit.folder import CONFIG_FILE, latest_checkpoint, mark_best, new_run_dir
 from verlog.runkit.logger import RunLogger, flat_hyperparameters, tracker_init_kwargs
@@ -48,16 +54,12 @@ class Trainer:
 
     def __init__(self, config: Config, *, resume: str | Path | None = None) -> None:
         self.config = config
-        algo, model = config.algo, config.model
+        algo = config.algo
         if not algo.critic:  # resolved once, so config.toml (and a resume) records the group size used
             algo.group_size = algo.groups_of(config.env.num_envs)
         if config.run.torch_threads:
             torch.set_num_threads(config.run.torch_threads)
-        lora = (
-            LoraSpec(model.lora_r, model.lora_alpha, list(model.lora_target_modules))
-            if model.lora_r
-            else None
-        )
+        lora = lora_spec(config.model)
         self._start_processes(resume, lora)
         learner = load_learner(config, self.dist, lora)
         self.tokenizer, self.sampler = learner.tokenizer, learner.sampler
@@ -72,21 +74,18 @@ class Trainer:
             self.storage.reset_first(self.rollout.first_prompts(observations, infos))
         else:
             self.checkpoints.resume()  # last: it restores the RNG states
-        self._open_run(f"processes: {self.dist.describe()}; sampler: {backend} ({reason})", prompts)
+        self._open_run(backend, reason, prompts)
 
     def _start_processes(self, resume: str | Path | None, lora: LoraSpec | None) -> None:
         """The processes, the sizes that follow from their number, the run folder and the accelerators."""
-        from accelerate.utils import broadcast_object_list
-
         config, ppo = self.config, self.config.ppo
         state = init_processes(config.run.collective_timeout)
         self.derived = config.derive(state.num_processes)
         if resume is None:
-            chosen = [
-                str(new_run_dir(config.run.output_dir, config.run.name)) if state.is_main_process else ""
-            ]
-            broadcast_object_list(chosen)
-            self.run_dir = Path(chosen[0])
+            main = state.is_main_process
+            self.run_dir = Path(
+                from_main_process(str(new_run_dir(config.run.output_dir, config.run.name)) if main else "")
+            )
         else:
             self.run_dir = Path(resume)
         attach_run_log(self.run_dir, state.process_index)  # the libraries' notices, out of the console
@@ -139,9 +138,10 @@ class Trainer:
         )
         return prompts
 
-    def _open_run(self, processes: str, prompts: PromptBuilder) -> None:
-        """config.toml, trackers, samples file, logger (saying ``processes``), the guard and the panel's
-        prompts: what the run writes to and checks with, once its counters are known."""
+    def _open_run(self, backend: str, reason: str, prompts: PromptBuilder) -> None:
+        """config.toml, trackers, samples file, logger (saying the setup: processes, precision, the sampler
+        ``backend`` and the ``reason`` for it), the guard and the panel's prompts: what the run writes to and
+        checks with, once its counters are known."""
         config, accelerator = self.config, self.accelerator
         algo, ppo = config.algo, config.ppo
         if accelerator.is_main_process:
@@ -162,7 +162,10 @@ class Trainer:
             console=config.run.console,
             start=self.update,
         )
-        self.logger.print(processes)
+        self.logger.print(f"setup: {self.dist.describe()}, {backend} sampler")
+        detail(
+            f"setup, why: {self.dist.precision} ({self.dist.precision_reason}); {backend} sampler ({reason})"
+        )
         if not algo.critic:
             skipped = ", no critic pre-training" if ppo.critic_warmup_iters else ""
             self.logger.print(
@@ -257,7 +260,12 @@ class Trainer:
                         )
                 if last:
                     break
-            self.logger.summary(updates=self.update, turns=self.global_step, env_id=self.config.env.id)
+            self.logger.summary(
+                updates=self.update,
+                turns=self.global_step,
+                env_id=self.config.env.id,
+                note=self.config.run.note,
+            )
         finally:
             self.logger.close()
             self.envs.close()
@@ -269,11 +277,7 @@ class Trainer:
         self.sampler.update_weights()
         metrics = play_panel(self.config, self.sampler, self.panel_prompts)
         self.sampler.offload()
-        self.logger.print(
-            f"panel @{self.update}: success {metrics['eval/success']:.2f} ± {metrics['eval/success_se']:.2f}, "
-            f"score {metrics['eval/score']:.1f} ± {metrics['eval/score_se']:.1f}, invalid "
-            f"{metrics['eval/invalid_action_rate']:.2f} ({metrics['eval/episodes']:.0f} ep, {metrics['time/eval']:.1f}s)"
-        )
+        self.logger.print(panel_line(self.update, metrics))
         return metrics
 
     def _collapse(self, metrics: dict[str, float]) -> str | None:
@@ -300,11 +304,7 @@ class Trainer:
         budget = 60.0 * self.config.run.max_minutes
         if not budget:
             return False
-        from accelerate.utils import broadcast_object_list
-
-        stop = [time.perf_counter() - started + last_update_s > budget]
-        broadcast_object_list(stop)
-        return bool(stop[0])
+        return bool(from_main_process(time.perf_counter() - started + last_update_s > budget))
 
     def _apply_actor_lr(self) -> None:
         """Set the actor's rate before each update (the only place the actor trains): the schedule with the

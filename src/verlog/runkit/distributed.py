@@ -18,17 +18,41 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
+import time
 import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeVar
 
 import torch
 
-__all__ = ["SUMMED", "Distributed", "deepspeed_requested", "init_processes", "merge_process_metrics", "setup"]
+T = TypeVar("T")
+
+__all__ = [
+    "SUMMED",
+    "Distributed",
+    "deepspeed_requested",
+    "from_main_process",
+    "init_processes",
+    "mean_over_processes",
+    "merge_process_metrics",
+    "setup",
+    "sum_over_processes",
+]
 
 #: Metrics that are totals over processes rather than means.
 SUMMED = frozenset({"charts/episodes", "charts/generated_tokens", "charts/tokens_per_s", "env/prompt_cuts"})
+
+
+def from_main_process(value: T) -> T:
+    """The main process's ``value`` on every process (a collective call: each process passes its own, and
+    what the main process decided, a run folder or a stop, holds for all)."""
+    from accelerate.utils import broadcast_object_list
+
+    box = [value]
+    broadcast_object_list(box)
+    return box[0]
 
 
 def sum_over_processes(accelerator: Any, tensor: torch.Tensor) -> torch.Tensor:
@@ -142,7 +166,37 @@ def init_processes(timeout: float | None = None) -> Any:
             "(on a machine with GPUs, hide them with CUDA_VISIBLE_DEVICES=)"
         )
     _import_before_zero_init()
-    return PartialState(backend="gloo", **kwargs) if _cpu_run() else PartialState(**kwargs)
+    if _cpu_run():
+        warn_stale_extension_lock()
+        return PartialState(backend="gloo", **kwargs)
+    return PartialState(**kwargs)
+
+
+#: A lock this old is not a compile in progress (DeepSpeed's CPU op compiles in ~30-90 s).
+STALE_LOCK_S = 600
+
+
+def warn_stale_extension_lock(now: float | None = None) -> Path | None:
+    """Warn when a killed compile left DeepSpeed's CPU communication op locked, and return the lock.
+
+    DeepSpeed on CPUs compiles a small shared-memory op on its first launch (torch's JIT extensions). torch
+    marks a compile in progress with a plain ``lock`` file; a compile that is killed leaves it behind, and
+    every later launch then waits for it forever, silently. Warning names the file to delete.
+    """
+    from torch.utils.cpp_extension import get_default_build_root
+
+    root = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root())
+    now = time.time() if now is None else now
+    for lock in sorted(root.glob("*/deepspeed_shm_comm/lock")):
+        if now - lock.stat().st_mtime > STALE_LOCK_S:
+            warnings.warn(
+                f"{lock} is {int(now - lock.stat().st_mtime) // 60} minutes old: a compile of DeepSpeed's CPU "
+                "op was killed and left it, and this launch will wait for it forever; stop the launch, "
+                f"delete it (rm {lock}) and launch again",
+                stacklevel=2,
+            )
+            return lock
+    return None
 
 
 @dataclass
@@ -161,15 +215,23 @@ class Distributed:
         return self.actor.num_processes
 
     def describe(self) -> str:
-        """One line for the log: how many processes, on what, with which engine."""
-        kind = self.actor.distributed_type.value  # NO, MULTI_CPU, MULTI_GPU, ...
+        """The setup in plain words for the console, e.g. ``1 process on cpu, fp32`` or ``2 processes on
+        cuda, DeepSpeed ZeRO-3, bf16`` (why this precision: :attr:`precision_reason`)."""
+        count = self.num_processes
+        engine = self.actor.distributed_type.value  # NO, MULTI_CPU, MULTI_GPU, FSDP, ...
         if self.deepspeed:
-            kind = f"DeepSpeed ZeRO-{self.zero_stage}"
-        precision = self.actor.mixed_precision
-        return (
-            f"{self.num_processes} process(es), {kind}, device {self.actor.device}, "
-            f"precision {precision} ({self.precision_reason})"
-        )
+            engine = f"DeepSpeed ZeRO-{self.zero_stage}"
+        elif engine == "NO":
+            engine = ""
+        elif engine.startswith("MULTI_"):
+            engine = "DDP"
+        where = f"{count} process{'es' if count > 1 else ''} on {self.actor.device.type}"
+        return ", ".join(part for part in (where, engine, self.precision) if part)
+
+    @property
+    def precision(self) -> str:
+        """The compute precision: fp32, bf16 or fp16 (accelerate's mixed_precision, whose fp32 is "no")."""
+        return {"no": "fp32"}.get(self.actor.mixed_precision, self.actor.mixed_precision)
 
     @property
     def zero3(self) -> bool:

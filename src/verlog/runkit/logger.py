@@ -15,7 +15,8 @@ __all__ = ["COLUMNS", "RunLogger", "flat_hyperparameters", "tracker_init_kwargs"
 
 #: The console table: (metric, header, format, priority). Every name is the one used in metrics.jsonl and
 #: trackers. Priority 0 columns are always shown; the others join, lowest number first, while the row still
-#: fits the console's width (80 columns show the essentials, 120 most, a log file all).
+#: fits the console's width (80 columns, also a log file's, show the essentials and entropy; 120 most). The
+#: rest are in metrics.jsonl.
 COLUMNS = (
     ("update", "upd", "{:.0f}", 0),
     ("global_step", "turns", "{:.0f}", 0),
@@ -68,6 +69,8 @@ class RunLogger:
         self.rows = 0
         self.started = time.monotonic()
         self.last: dict[str, float] = {}
+        #: Every update's metrics (not warm-up's), for the closing panel's first-to-last trend.
+        self.history: list[dict[str, float]] = []
         self.console: Any = None
         if self.main and console:
             from rich.console import Console
@@ -81,9 +84,7 @@ class RunLogger:
             )
 
             if not isinstance(console, Console):
-                console = Console()
-                if not console.is_terminal:  # a log file: no need to fit 80 columns
-                    console = Console(width=170)
+                console = Console()  # the terminal's width; a file or pipe gets $COLUMNS, else 80
             self.console = console
             self.columns = fitting_columns(console.width)
             self.progress = Progress(
@@ -110,6 +111,7 @@ class RunLogger:
             self.accelerator.log({k: v for k, v in metrics.items() if math.isfinite(v)}, step=step)
         if advance:
             self.last = metrics
+            self.history.append(metrics)
         if self.progress is not None:
             self.progress.console.print(self._row(metrics))
             if advance:
@@ -133,8 +135,9 @@ class RunLogger:
                 ]
                 tracker.writer.add_text("samples", "\n\n".join(lines), global_step=step)
 
-    def summary(self, *, updates: int, turns: int, env_id: str) -> None:
-        """The closing panel: where the run is, what it did, how it ended and what to run next."""
+    def summary(self, *, updates: int, turns: int, env_id: str, note: str = "") -> None:
+        """The closing panel: where the run is, what it did, how it ended, how it moved from its first updates
+        to its last, and what to run next; then ``note`` (a preset's word on what it shows), if any."""
         if self.console is None:
             return
         from rich.markup import escape
@@ -154,6 +157,7 @@ class RunLogger:
             f"[bold]run[/]         {run}",
             f"[bold]done[/]        {updates} updates, {turns} turns in {_clock(wall)}",
             f"[bold]ended[/]       {ended}",
+            *([f"[bold]first→last[/]  {trend}"] if (trend := _trend(self.history)) else []),
             f"[bold]checkpoint[/]  {escape(str(checkpoint.relative_to(self.run_dir))) if checkpoint else 'none'}",
         ]
         self.console.print(
@@ -163,6 +167,8 @@ class RunLogger:
         self.console.print("[bold]next:[/]")
         for command in (f"verlog report {run}", f"verlog eval {run} --suite {escape(env_id)} --episodes 10"):
             self.console.print(f"  {command}", soft_wrap=True)
+        if note:
+            self.console.print(f"[bold]note:[/] {escape(note)}")
 
     def print(self, text: str) -> None:
         if self.main:
@@ -196,6 +202,33 @@ class RunLogger:
         table.add_row(*cells)
         self.rows += 1
         return table
+
+
+#: The closing panel's trend: (metric, label, format), each the mean of the first and of the last updates.
+TREND = (
+    ("env/success", "success", "{:.2f}"),
+    ("env/invalid_action_rate", "invalid", "{:.2f}"),
+    ("losses/entropy", "entropy", "{:.1f}"),
+)
+
+
+def _trend(history: list[dict[str, float]]) -> str:
+    """``success 0.12 → 0.80, invalid 0.93 → 0.48, entropy 4.9 → 2.4``, each the mean of the first and of
+    the last 5 updates (fewer in a short run; one update's success is noisy): whether the run moved, at a
+    glance. "" for fewer than 4 updates."""
+    if len(history) < 4:
+        return ""
+    k = min(5, len(history) // 2)
+
+    def mean(rows: list[dict[str, float]], key: str) -> float:
+        values = [v for row in rows if (v := row.get(key)) is not None and math.isfinite(v)]
+        return sum(values) / len(values) if values else math.nan
+
+    parts = [
+        f"{label} {_or_dash(mean(history[:k], key), fmt)} → {_or_dash(mean(history[-k:], key), fmt)}"
+        for key, label, fmt in TREND
+    ]
+    return ", ".join(parts)
 
 
 def _or_dash(value: float | None, fmt: str) -> str:
