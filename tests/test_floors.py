@@ -192,7 +192,7 @@ def test_the_run_folders_file_names_are_spelled_only_where_the_folder_is_describ
     (the learner, evaluation, report, entry points, benchmarks) names them through it. Docstrings may mention them."""
     names = {"config.toml", "metrics.jsonl", "samples.jsonl"}
     root = SRC.parents[1]
-    files = [*SRC.rglob("*.py"), *(root / "agents").glob("*.py"), *(root / "benchmarks").glob("*.py")]
+    files = [*SRC.rglob("*.py"), *(root / "agents").glob("*.py"), *(root / "benchmarks").rglob("*.py")]
     bad = []
     for path in sorted(files):
         if path == SRC / "runkit" / "folder.py":
@@ -219,4 +219,37 @@ def test_the_run_folders_file_names_are_spelled_only_where_the_folder_is_describ
             and isinstance(node.right, ast.Constant)
             and node.right.value == "checkpoints"
         ]
+    assert not bad, "\n".join(bad)
+
+
+#: The kinds of benchmark, each a package under benchmarks/ (issue 44.4).
+BENCHMARK_KINDS = ("speed", "probes", "demos")
+
+
+def test_benchmarks_are_grouped_by_kind_and_import_each_other_only_as_the_package() -> None:
+    """Every script sits in a kind's folder; what several need is in ``benchmarks/common.py``; a script reaches
+    another as ``benchmarks.<kind>.<name>``, never through ``sys.path`` or as a bare sibling module."""
+    bench = SRC.parents[1] / "benchmarks"
+    loose = sorted(p.name for p in bench.glob("*.py") if p.name not in ("__init__.py", "common.py"))
+    assert not loose, f"benchmark scripts outside {BENCHMARK_KINDS}: {loose}"
+    stems = {p.stem for p in bench.rglob("*.py")} - {"__init__"}
+    bad = []
+    for path in sorted(bench.rglob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        where = path.relative_to(bench.parent)
+        bad += [
+            f"{where}:{node.lineno} changes sys.path"
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute)
+            and node.attr == "path"
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "sys"
+        ]
+        bad += [
+            f"{where} imports {module} as a sibling"
+            for module, _ in _imports(path)
+            if module.split(".")[0] in stems
+        ]
+        if path.parent != bench and path.parent.name not in BENCHMARK_KINDS:
+            bad.append(f"{where} is in benchmarks/{path.parent.name}/, not a kind's folder")
     assert not bad, "\n".join(bad)

@@ -34,7 +34,7 @@ How this differs from Verlog (verl ``compute_gae_advantage_return``, see shared/
 :func:`dual_discount_gae` is the vectorised implementation used by training: one Python loop over the ``T``
 turns on ``[N]`` vectors, everything else as whole-tensor ops (no loop over tokens).
 :func:`dual_discount_gae_loop` is the plain per-env, per-turn, per-token recursion,
-kept as the slow reference that tests and ``benchmarks/gae.py`` compare against.
+kept as the slow reference that tests and ``benchmarks/speed/gae.py`` compare against.
 """
 
 from __future__ import annotations
@@ -332,7 +332,7 @@ def dual_discount_gae_loop(
     Written the way Verlog computes it -- per env, turns from last to first, tokens from last to first,
     carrying the running advantage -- so that it can be checked by eye against the formulas. It works in
     Python floats (float64) on values copied out of the tensors, which makes it an accurate reference for the
-    float32 vectorised path. Only tests and ``benchmarks/gae.py`` use it; it is far too slow for training.
+    float32 vectorised path. Only tests and ``benchmarks/speed/gae.py`` use it; it is far too slow for training.
     Same arguments, validation, outputs and dtype rules as :func:`dual_discount_gae`.
     """
     dtype, _, lengths = check_gae_inputs(

@@ -17,8 +17,8 @@ Writes ``benchmarks/results/rollout.json`` and ``rollout.png``.
 prints the vLLM / transformers ratio of turns/s and tokens/s (the vLLM engine holds the checkpoint's weights and
 is built once; ``sampling.vllm_*`` keys set it up).
 
-Run: ``nox -s bench_rollout`` or ``python benchmarks/rollout.py [--num-envs 4,16,32] [--updates 3] [key=value ...]``;
-SmolLM2 side by side (docs/vllm.md's figures): ``python benchmarks/rollout.py --config envs/smollm2.toml --backends
+Run: ``nox -s bench_rollout`` or ``python -m benchmarks.speed.rollout [--num-envs 4,16,32] [--updates 3] [key=value ...]``;
+SmolLM2 side by side (docs/vllm.md's figures): ``python -m benchmarks.speed.rollout --config envs/smollm2.toml --backends
 transformers,vllm --threads 2 --num-envs 8 --updates 2 --out benchmarks/results/rollout-smollm2``.
 """
 
@@ -38,6 +38,7 @@ from rich.console import Console
 from rich.table import Table
 
 import verlog
+from benchmarks.common import RESULTS, ROOT
 from verlog.config import Config, ConfigError, load_config
 from verlog.envs import prompt_examples
 from verlog.evaluation.output import machine
@@ -51,8 +52,6 @@ from verlog.quiet import attach_run_log, quiet_console
 from verlog.runkit.validate import validate
 from verlog.sampling import TransformersSampler
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
 TARGET_SHARE = 0.05
 PARTS = ("generate", "env", "prompt", "storage", "bookkeeping")
 

@@ -9,7 +9,7 @@ device tool's 64 MiB carry limit; it is about 13 MB, most of it pygame-ce (minig
 
 Here::
 
-    python benchmarks/gpu_wheels.py            # writes .gpu-wheels/ (ignored by git) and lists it
+    python -m benchmarks.speed.gpu_wheels            # writes .gpu-wheels/ (ignored by git) and lists it
 
 There (carry ``.gpu-wheels``)::
 
@@ -26,7 +26,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from benchmarks.common import ROOT
+
 FOLDER = ROOT / ".gpu-wheels"
 LIMIT = 64 * 2**20  # the device tool's carry limit, the working tree included
 #: verlog's dependencies (and theirs) that the GPU machine's image does not hold.

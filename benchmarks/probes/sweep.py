@@ -1,6 +1,6 @@
 """A grid of training runs over config keys and seeds, and one table of their final metrics.
 
-    python benchmarks/sweep.py ppo.actor_lr=1e-4,1e-3 env.num_envs=4,8 --seeds 3 --config envs/tiny.toml
+    python -m benchmarks.probes.sweep ppo.actor_lr=1e-4,1e-3 env.num_envs=4,8 --seeds 3 --config envs/tiny.toml
     nox -s sweep -- ppo.actor_lr=1e-4,1e-3 --seeds 3 --config envs/tiny.toml
 
 ``KEY=V1,V2,...`` sweeps a config key over values (TOML values; commas inside ``[...]``, ``{...}`` or quotes do
@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common import ROOT
 from verlog.pipes import closed_pipe_ok
 from verlog.runkit.folder import CONFIG_FILE, METRICS_FILE, latest_checkpoint
 
@@ -43,7 +44,6 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10 ships no TOML reader
     import tomli as tomllib
 
-ROOT = Path(__file__).resolve().parents[1]
 #: The metrics the table shows, with their labels (the names are metrics.jsonl's).
 METRICS = {
     "env/success": "success",
@@ -336,7 +336,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as error:
         parser.error(str(error))
 
-    sys.path.insert(0, str(ROOT / "src"))
     from rich.console import Console
     from rich.table import Table
 

@@ -26,12 +26,12 @@ launch over its one gloo process by hand; everything after that is FSDP2's real 
 On a machine with torch, transformers, accelerate and peft but none of verlog's light dependencies (the GPU
 machine: no registry there), build the carried wheels here first, then install them there::
 
-    python benchmarks/gpu_wheels.py                       # here: .gpu-wheels/ (ignored), about 13 MB
+    python -m benchmarks.speed.gpu_wheels                       # here: .gpu-wheels/ (ignored), about 13 MB
     python3 -m pip install -q --no-index --no-deps --target /tmp/site .gpu-wheels/*.whl \\
         && export PYTHONPATH=/tmp/site:$PWD/src           # there: nothing is fetched
-    python3 benchmarks/gpu_check.py --out "$OUT"          # there; then copy gpu.json to benchmarks/results/
+    python3 benchmarks/speed/gpu_check.py --out "$OUT"          # there; then copy gpu.json to benchmarks/results/
 
-Run: ``nox -s gpu_check`` (writes benchmarks/results/gpu.json) or ``python benchmarks/gpu_check.py [--cpu-smoke]
+Run: ``nox -s gpu_check`` (writes benchmarks/results/gpu.json) or ``python -m benchmarks.speed.gpu_check [--cpu-smoke]
 [--out DIR] [--budget-s S]``.
 """
 
@@ -55,11 +55,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from gpu_flops import counting, linear_params, peak_tflops, update_flops
 from rich.console import Console
 from rich.table import Table
-from update import QWEN25_05B, base_overrides, build_real
 
+from benchmarks.common import RESULTS, ROOT
+from benchmarks.speed.gpu_flops import counting, linear_params, peak_tflops, update_flops
+from benchmarks.speed.update import QWEN25_05B, base_overrides, build_real
 from verlog.config import Config, load_config
 from verlog.evaluation.output import machine
 from verlog.models.sources import resolve_model_path
@@ -67,8 +68,6 @@ from verlog.pipes import closed_pipe_ok
 from verlog.quiet import quiet_console
 from verlog.runkit.validate import validate
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
 TINY_PRESET = ROOT / "envs" / "tiny.toml"
 TINY_MODEL = ROOT / "runs" / "models" / "tiny-babyai"  # the preset's own path, from the repo root: a cache
 FSDP2_CONFIG = ROOT / "agents" / "accelerate" / "fsdp2_gpu.yaml"
@@ -370,11 +369,13 @@ def fsdp2_leg(plan: Plan, folder: Path, scratch: Path, timeout: float) -> dict[s
         port = s.getsockname()[1]
     command = [
         sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(FSDP2_CONFIG),
-        "--num_processes", "1", "--main_process_port", str(port), str(Path(__file__).resolve()),
+        "--num_processes", "1", "--main_process_port", str(port), "--module", "benchmarks.speed.gpu_check",
         "--worker", "fsdp2", "--model-dir", str(folder), "--worker-json", str(result_file),
         *(["--cpu-smoke"] if plan.mode == "cpu-smoke" else []),
     ]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    # The repository root too: the worker imports benchmarks.* as the launch itself does (python -m, from ROOT).
+    paths = [str(ROOT), str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
     # ACCELERATE_USE_CPU beside the launcher's MASTER_ADDR reads as a --cpu launch cut short (check_launch).
     env.pop("ACCELERATE_USE_CPU", None)
     try:

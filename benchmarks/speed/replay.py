@@ -8,7 +8,7 @@ record and replay see the same game); the world goes on as usual: creatures move
 2000 actions (``max_steps``, BALROG's and envs/crafter.toml's limit) and 10000 (Crafter's own default length).
 Memory as envs/crafter.toml (history, 2 turns). Prints a table and writes ``benchmarks/results/replay.json``.
 
-Run: ``nox -s bench_replay`` or ``python benchmarks/replay.py [--lengths 2000 10000]``.
+Run: ``nox -s bench_replay`` or ``python -m benchmarks.speed.replay [--lengths 2000 10000]``.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import json
 import random
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -28,12 +27,11 @@ from rich.console import Console
 from rich.table import Table
 
 import verlog  # noqa: F401 - registers the ids
+from benchmarks.common import RESULTS
 from verlog.evaluation.output import machine
 from verlog.memory import wrap_memory
 from verlog.pipes import closed_pipe_ok
 from verlog.replay import EpisodeRecorder
-
-RESULTS = Path(__file__).resolve().parent / "results"
 
 
 class _Immortal(gym.Wrapper):

@@ -2,9 +2,9 @@
 judged on held-out full episodes against the untrained model and a random agent.
 
     nox -s learn_crafter -- --seed 2
-    python benchmarks/learn_crafter.py [--config envs/learn_crafter.toml] [--seed N] [section.key=value ...]
-    python benchmarks/learn_crafter.py --run runs/learn-crafter-s1-0001     # judge an existing run again
-    python benchmarks/learn_crafter.py --variant no-bootstrap --seed 1      # one ablation cell (see ablation.py)
+    python -m benchmarks.demos.learn_crafter [--config envs/learn_crafter.toml] [--seed N] [section.key=value ...]
+    python -m benchmarks.demos.learn_crafter --run runs/learn-crafter-s1-0001     # judge an existing run again
+    python -m benchmarks.demos.learn_crafter --variant no-bootstrap --seed 1      # one ablation cell (see ablation_crafter.py)
 
 Steps: the preset (``envs/learn_crafter.toml``: a tiny random model whose vocabulary is Crafter's own words and
 action names, Crafter at BALROG's settings, 32 envs x 16 turns an update, so a ~170-turn episode spans ten or
@@ -38,15 +38,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from learn import load_preset, machine, update_records  # the tiny-model demonstration's helpers
-
+from benchmarks.common import RESULTS, ROOT, load_preset, machine, mean_se, update_records
 from verlog.pipes import closed_pipe_ok
 from verlog.quiet import quiet_console
 from verlog.runkit.folder import CONFIG_FILE
 from verlog.tomlconfig import toml_value
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
 Z_REQUIRED = 3.0
 #: The demonstration must train within this on 2 idle cores (reported, not enforced).
 BUDGET_MIN = 30.0
@@ -72,17 +69,6 @@ CURVE_KEYS = (
     "charts/episodes", "charts/episodes_running", "charts/episodes_truncated", "env/invalid_action_rate",
     "env/prompt_cuts", "sys/rss_mb", "time/total",
 )  # fmt: skip
-
-
-def mean_se(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and standard error of the mean (sample std / sqrt(n), BALROG's)."""
-    n = len(values)
-    if n == 0:
-        return math.nan, math.nan
-    mean = sum(values) / n
-    if n == 1:
-        return mean, math.nan
-    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1) / n)
 
 
 def figures(out: Path) -> dict[str, Any]:

@@ -4,8 +4,8 @@ States come from seeded episodes of each game (random valid actions, seen throug
 prompt setting answers the same states greedily, and the env's own lenient parser judges each answer. The
 figures go to ``benchmarks/results/prompts.json``; ``nox -s bench_prompts`` runs it (with SmolLM2 by default).
 
-    python benchmarks/prompts.py                       # SmolLM2-135M-Instruct, 24 states per game
-    python benchmarks/prompts.py --model runs/models/other --states 40
+    python -m benchmarks.probes.prompts                       # SmolLM2-135M-Instruct, 24 states per game
+    python -m benchmarks.probes.prompts --model runs/models/other --states 40
 """
 
 from __future__ import annotations
@@ -18,10 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.common import RESULTS
 from verlog.quiet import attach_run_log, quiet_console
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
 GAMES = {
     "babyai": "verlog/BabyAI-GoTo-v0",
     "crafter": "verlog/Crafter-v0",

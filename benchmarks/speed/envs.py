@@ -1,8 +1,8 @@
 """Environment throughput: each raw game, its text env, the text env in a history memory, and 4-env vector
 envs (sync and async), all driven by uniformly random valid actions; plus Crafter's median reset time.
 
-    python benchmarks/envs.py            # ~1 min; writes benchmarks/results/envs.json
-    python benchmarks/envs.py --quick    # ~20 s, shorter measurements
+    python -m benchmarks.speed.envs            # ~1 min; writes benchmarks/results/envs.json
+    python -m benchmarks.speed.envs --quick    # ~20 s, shorter measurements
 
 Single-env figures time the ``step`` calls only (resets excluded), so the text/raw ratio is the cost of the
 text layer itself; vector figures are sub-env steps per second including their same-step autoresets.
@@ -30,10 +30,11 @@ from rich.console import Console
 from rich.table import Table
 
 import verlog
+from benchmarks.common import RESULTS as RESULTS_FOLDER
 from verlog.memory import wrap_memory
 from verlog.pipes import closed_pipe_ok
 
-RESULTS = Path(__file__).parent / "results" / "envs.json"
+RESULTS = RESULTS_FOLDER / "envs.json"
 TEXT_OVER_RAW_TARGET = 0.8
 CRAFTER_RESET_MS_TARGET = 100.0
 NUM_VECTOR_ENVS = 4

@@ -1,8 +1,8 @@
 """PPO with a critic (GAE) against the critic-free group baselines GRPO, GiGPO and RLOO, side by side.
 
     nox -s compare
-    python benchmarks/compare.py [--seeds 3] [--turns 8192] [--jobs 2] [section.key=value ...]
-    python benchmarks/compare.py --methods grpo,gigpo,rloo --keep gae   # re-run some, keep the others' rows
+    python -m benchmarks.probes.compare [--seeds 3] [--turns 8192] [--jobs 2] [section.key=value ...]
+    python -m benchmarks.probes.compare --methods grpo,gigpo,rloo --keep gae   # re-run some, keep the others' rows
 
 Every method trains the tiny model of the learning demonstration (``envs/learn.toml``: a random two-layer
 Qwen3 with a word-level tokenizer, BabyAI GoTo, binary success reward, one-token answers) from the same
@@ -38,12 +38,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common import RESULTS, ROOT, mean_se
 from verlog.quiet import attach_run_log, quiet_console
 from verlog.runkit.folder import METRICS_FILE
 from verlog.runkit.validate import validate
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
 MAX_TURNS = 24
 COMMON = [
     "run.checkpoint_every=0",
@@ -125,14 +124,6 @@ def pooled(rows: Sequence[dict[str, Any]]) -> tuple[float, float]:
             wins += r["env/success"] * n
             episodes += n
     return wins, episodes
-
-
-def mean_se(values: Sequence[float]) -> tuple[float, float]:
-    values = [v for v in values if not math.isnan(v)]
-    if not values:
-        return math.nan, math.nan
-    se = statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else math.nan
-    return statistics.fmean(values), se
 
 
 def summarise(runs: dict[str, list[Path]], turns: int, bins: int = 16) -> dict[str, Any]:
@@ -262,10 +253,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         def launch(job: tuple[str, int]) -> int:
             method, seed = job
             log = args.runs / f"{method}-s{seed}.log"
-            command = [sys.executable, __file__, "--one", method, str(seed), "--turns", str(args.turns)]
+            command = [
+                sys.executable,
+                "-m",
+                "benchmarks.probes.compare",
+                "--one",
+                method,
+                str(seed),
+                "--turns",
+                str(args.turns),
+            ]
             command += ["--config", str(args.config), "--runs", str(args.runs), *args.overrides]
             with log.open("w") as handle:
-                code = subprocess.call(command, stdout=handle, stderr=subprocess.STDOUT)
+                code = subprocess.call(command, stdout=handle, stderr=subprocess.STDOUT, cwd=ROOT)
             print(f"{method} seed {seed}: exit {code} ({time.perf_counter() - started:.0f}s)", flush=True)
             return code
 

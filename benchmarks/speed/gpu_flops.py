@@ -1,4 +1,4 @@
-"""Model FLOPs of the PPO update and its model FLOP utilisation (MFU), for ``benchmarks/gpu_check.py``.
+"""Model FLOPs of the PPO update and its model FLOP utilisation (MFU), for ``benchmarks/speed/gpu_check.py``.
 
 The update's FLOPs are counted from the matrix products the models run on the tokens they actually see:
 

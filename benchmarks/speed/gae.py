@@ -12,7 +12,7 @@ single-threaded Python anyway, and on a shared 2-core machine multi-threaded tim
 With ``--loop-envs K`` the loop runs on the first K envs only and its time is scaled by N/K (flagged in the
 output). Exits with status 1 if any difference exceeds the tolerance.
 
-Run: ``nox -s bench_gae`` or ``python benchmarks/gae.py [--threads 1] [--loop-envs K] [--quick]``.
+Run: ``nox -s bench_gae`` or ``python -m benchmarks.speed.gae [--threads 1] [--loop-envs K] [--quick]``.
 """
 
 from __future__ import annotations
@@ -31,11 +31,11 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+from benchmarks.common import RESULTS
 from verlog.evaluation.output import machine
 from verlog.pipes import closed_pipe_ok
 from verlog.ppo.gae import dual_discount_gae, dual_discount_gae_loop
 
-RESULTS = Path(__file__).resolve().parent / "results"
 TOLERANCE = 1e-5
 TARGET_RATIO = 50.0
 T, N = 16, 128

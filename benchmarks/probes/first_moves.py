@@ -7,8 +7,8 @@ potential falls) is how well the answer reads the observation. A uniform choice 
 share of good moves. The figures go to ``benchmarks/results/first_moves.json``; ``nox -s bench_first_moves``
 runs it (SmolLM2 by default).
 
-    python benchmarks/first_moves.py                          # 100 states, prompt.examples 0, 1 and 4
-    python benchmarks/first_moves.py --states 40 --examples 1,2
+    python -m benchmarks.probes.first_moves                          # 100 states, prompt.examples 0, 1 and 4
+    python -m benchmarks.probes.first_moves --states 40 --examples 1,2
 """
 
 from __future__ import annotations
@@ -22,10 +22,9 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.common import RESULTS
 from verlog.quiet import attach_run_log, quiet_console
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
 MOVES = ("up", "right", "down", "left")
 ENV_KWARGS: dict[str, Any] = {"levels": ["goto_win"], "max_episode_steps": 12, "offered_actions": list(MOVES)}
 

@@ -15,7 +15,7 @@ Cases:
   151,936-token vocabulary; no download) with the preset's tokenizer, bf16 autocast, on CUDA. Without a GPU
   it is skipped and the reason is written down.
 
-Writes ``benchmarks/results/update.json``. Run: ``nox -s bench_update`` or ``python benchmarks/update.py``.
+Writes ``benchmarks/results/update.json``. Run: ``nox -s bench_update`` or ``python -m benchmarks.speed.update``.
 """
 
 from __future__ import annotations
@@ -35,14 +35,13 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+from benchmarks.common import RESULTS, ROOT
 from verlog.config import Config, ConfigError, load_config
 from verlog.evaluation.output import machine
 from verlog.pipes import closed_pipe_ok
 from verlog.quiet import quiet_console
 from verlog.runkit.validate import validate
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
 #: Qwen2.5-0.5B's shape (its config.json), built randomly: a real architecture without a download.
 QWEN25_05B = {
     "hidden_size": 896,

@@ -2,8 +2,8 @@
 episode cut at a window edge, by the step limit or by the prompt budget is counted.
 
     nox -s long_run                                   # 60 minutes of envs/learn_crafter.toml with 2-turn histories
-    python benchmarks/long_run.py [--minutes 60] [--config PRESET] [section.key=value ...]
-    python benchmarks/long_run.py --run runs/long-run-0001     # check an existing run again
+    python -m benchmarks.probes.long_run [--minutes 60] [--config PRESET] [section.key=value ...]
+    python -m benchmarks.probes.long_run --run runs/long-run-0001     # check an existing run again
 
 The run is the ordinary trainer (``run.max_minutes`` stops it), checkpointing every 20 updates, with the history
 memory wrapper so that histories, storage, env resets, checkpoints and logging all run for the whole hour.
@@ -28,13 +28,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from learn import load_preset, machine, update_records
-
+from benchmarks.common import RESULTS, ROOT, load_preset, machine, update_records
 from verlog.pipes import closed_pipe_ok
 from verlog.quiet import quiet_console
+from verlog.runkit.folder import CONFIG_FILE
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
 #: Updates left out at the start: allocators and caches fill up there, which is not growth.
 SETTLE_UPDATES = 10
 DEFAULTS = [
@@ -144,7 +142,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "updates": len(records),
         "memory": health,
         "counters": counts,
-        "config": json.loads(json.dumps(load_preset(parser, run_dir / "config.toml", []).to_dict())),
+        "config": json.loads(json.dumps(load_preset(parser, run_dir / CONFIG_FILE, []).to_dict())),
         "curve": [
             {
                 k: r.get(k)

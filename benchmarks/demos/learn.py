@@ -1,7 +1,7 @@
 """The learning demonstration: PPO from a tiny random model on BabyAI GoTo, on a CPU, and a check that it learns.
 
     nox -s learn
-    python benchmarks/learn.py [--config envs/learn.toml] [section.key=value ...]
+    python -m benchmarks.demos.learn [--config envs/learn.toml] [section.key=value ...]
 
 It trains the preset (``envs/learn.toml``: a tiny randomly initialised Qwen3 and a word-level tokenizer trained
 on the env's own text, seeded; see :func:`verlog.models.tiny.word_tokenizer`) with the ordinary
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import hashlib
 import json
 import math
 import shutil
@@ -34,15 +33,21 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from verlog.evaluation import output
+from benchmarks.common import (
+    RESULTS,
+    ROOT,
+    load_preset,
+    machine,
+    random_folder,
+    random_key,
+    update_records,
+    window,
+)
 from verlog.pipes import closed_pipe_ok
 from verlog.quiet import quiet_console
-from verlog.report.reading import WARMUP_KEY, read_metrics
-from verlog.runkit.folder import CONFIG_FILE, METRICS_FILE
+from verlog.runkit.folder import CONFIG_FILE
 from verlog.tomlconfig import toml_value
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
 #: The demonstration must finish within this on the 2-core CPU it was tuned on (reported, not enforced).
 BUDGET_MIN = 30.0
 Z_REQUIRED = 3.0
@@ -52,30 +57,6 @@ MIN_EPISODES = 10
 WALL_FILE = "learn-wall.json"
 #: The base seed of the evaluation episodes (``verlog eval``'s default, which the figures before random used).
 EVAL_SEED = 0
-#: Random-agent evaluations, one folder per :func:`random_key`, reused (here and by learn_real.py).
-RANDOM_DIR = Path("runs") / "random"
-
-
-def window(records: Sequence[dict[str, Any]]) -> dict[str, float]:
-    """Pooled success rate and its standard error over the episodes that ended in ``records``' updates."""
-    successes = episodes = 0.0
-    for record in records:
-        n = record.get("charts/episodes") or 0.0
-        rate = record.get("env/success")
-        if n and rate is not None:
-            successes += rate * n
-            episodes += n
-    if not episodes:
-        return {"updates": len(records), "episodes": 0, "success": math.nan, "se": math.nan}
-    p = successes / episodes
-    return {
-        "updates": len(records),
-        "first_update": int(records[0]["update"]),
-        "last_update": int(records[-1]["update"]),
-        "episodes": int(round(episodes)),
-        "success": p,
-        "se": math.sqrt(p * (1.0 - p) / episodes),
-    }
 
 
 def compare(records: Sequence[dict[str, Any]], fraction: float = 0.1) -> dict[str, Any]:
@@ -116,32 +97,6 @@ def judge_evaluation(evaluation: dict[str, dict[str, float]]) -> dict[str, Any]:
     return out
 
 
-def random_key(
-    env_id: str,
-    env_kwargs: dict[str, Any],
-    memory: str,
-    memory_kwargs: dict[str, Any],
-    episodes: int,
-    seed: int,
-) -> dict[str, Any]:
-    """What decides the random agent's evaluation. It seeds itself per episode from the episode's seed, so how
-    many envs play at once does not change it; no model, prompt or decoding takes part."""
-    return {
-        "agent": "random",
-        "env_id": env_id,
-        "env_kwargs": dict(env_kwargs),
-        "memory": memory,
-        "memory_kwargs": dict(memory_kwargs),
-        "episodes": episodes,
-        "seed": seed,
-    }
-
-
-def random_folder(key: dict[str, Any]) -> Path:
-    """``runs/random/<digest of the key>``."""
-    return RANDOM_DIR / hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:12]
-
-
 def _figures(summary: dict[str, Any], env_id: str) -> dict[str, float]:
     task = summary["tasks"][env_id]
     return {
@@ -180,13 +135,6 @@ def play_random(
     (partial / "key.json").write_text(json.dumps(key, indent=2, default=str) + "\n")
     partial.replace(folder)  # only a finished evaluation is ever reused
     return _figures(summary, env_id), folder, False
-
-
-def update_records(run_dir: Path) -> list[dict[str, Any]]:
-    """One record per update from ``metrics.jsonl``, read as the report reads it (critic warm-up lines dropped;
-    an update logged twice, as a resumed run does, keeps its later values)."""
-    log = read_metrics(run_dir / METRICS_FILE)
-    return [r for r in log.records if WARMUP_KEY not in r and r.get("update")]
 
 
 def plot(records: Sequence[dict[str, Any]], result: dict[str, Any], path: Path, title: str) -> None:
@@ -295,27 +243,6 @@ def _print_evaluation(console: Any, evaluation: dict[str, dict[str, float]], jud
         )
     mark = "[green]PASS[/green]" if judged["passed"] else "[red]FAIL[/red]"
     console.print(f"evaluation: {mark}")
-
-
-def load_preset(parser: argparse.ArgumentParser, path: Path, overrides: Sequence[str]) -> Any:
-    """The preset with its overrides, derived and checked as ``agents/ppo.py`` checks it; a bad one ends the
-    script with the parser's one-line error before any model loads."""
-    from verlog.config import ConfigError, load_config
-    from verlog.runkit.validate import validate
-
-    try:
-        config = load_config(path, overrides)
-        validate(config)
-    except (ConfigError, OSError) as error:
-        parser.error(f"config: {error}")
-    return config
-
-
-def machine() -> dict[str, Any]:
-    """The machine, with torch's version (imported here, so the record names it)."""
-    import torch  # noqa: F401  (loaded, so the machine record names its version)
-
-    return output.machine()
 
 
 @closed_pipe_ok

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from learn import window  # pooled success over a run of update records (same folder)
+from benchmarks.common import window
 
 
 def _smoothed_success(curve: Sequence[dict[str, Any]]) -> list[float]:

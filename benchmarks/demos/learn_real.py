@@ -3,10 +3,10 @@ the same held-out seeded episodes before and after training.
 
     nox -s learn_real -- --seed 2          # BabyAI GoTo, small room (envs/learn_real.toml)
     nox -s learn_goto -- --seed 1          # BALROG's own GoTo, reached through a curriculum (envs/learn_goto.toml)
-    nox -s learn_babaisai -- --seed 1      # BabaIsAI's goto_win families (envs/learn_babaisai.toml)
-    python benchmarks/learn_real.py [--config PRESET] [--seed N] [--episodes N] [section.key=value ...]
-    python benchmarks/learn_real.py --run runs/learn-real-s2-0001   # judge an existing run again
-    python benchmarks/learn_real.py --rejudge benchmarks/results/learn_real.json   # against random, no training
+    nox -s learn_babaisai -- --seed 1      # BabaIsAI goto_win, one-step branches (envs/learn_babaisai_branch.toml)
+    python -m benchmarks.demos.learn_real [--config PRESET] [--seed N] [--episodes N] [section.key=value ...]
+    python -m benchmarks.demos.learn_real --run runs/learn-real-s2-0001   # judge an existing run again
+    python -m benchmarks.demos.learn_real --rejudge benchmarks/results/learn_real.json   # against random, no training
 
 Steps: the preset's model (``model.build``: fetched from the package registry and converted on first use) plays
 N seeded evaluation episodes of the *target* task, decoded as the validation panel decodes (sampled at the
@@ -54,22 +54,21 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from learn import (  # the tiny-model demonstration's helpers
+from benchmarks.common import (
+    RESULTS,
+    ROOT,
     load_preset,
     machine,
     random_folder,
     random_key,
     update_records,
 )
-from learn_real_plot import plot
-
+from benchmarks.demos.learn_real_plot import plot
 from verlog.pipes import closed_pipe_ok
 from verlog.quiet import quiet_console
 from verlog.runkit.folder import CONFIG_FILE, best_checkpoint, latest_checkpoint
 from verlog.tomlconfig import toml_value
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
 Z_REQUIRED = 3.0
 #: Written into the run folder before training: the zero-shot evaluation and the judge's settings.
 STATE_FILE = "learn-real.json"

@@ -1,7 +1,7 @@
 """What each turn-level piece buys on long episodes: the Crafter demonstration with one piece taken out at a time.
 
     nox -s ablation_crafter                                   # every variant x seeds 1 2, missing cells only
-    python benchmarks/ablation_crafter.py [--seeds 1 2] [--variants verlog grpo] [--turns 40960] [--table]
+    python -m benchmarks.demos.ablation_crafter [--seeds 1 2] [--variants verlog grpo] [--turns 40960] [--table]
 
 Variants (``learn_crafter.ABLATION``), each trained from the same preset for the same number of turns played
 (``run.total_turns``, critic pre-training's turns included) and judged on the same held-out episodes:
@@ -35,7 +35,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from learn_crafter import ABLATION, RESULTS, mean_se, plot
+from benchmarks.common import RESULTS, ROOT, mean_se
+from benchmarks.demos.learn_crafter import ABLATION, plot
 
 STEM = "learn_crafter_ablation"
 #: Every cell's base: the preset without its entropy bonus, as the ablation was first run (the bonus came after,
@@ -111,12 +112,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if done and done["turns"] >= args.turns and not args.force:
                     continue
                 command = [
-                    sys.executable, str(Path(__file__).with_name("learn_crafter.py")), "--variant", variant,
+                    sys.executable, "-m", "benchmarks.demos.learn_crafter", "--variant", variant,
                     "--seed", str(seed), "--stem", STEM, "--out", str(args.out),
                     f"run.total_turns={args.turns}", "run.total_updates=100000", *BASE, *args.overrides,
                 ]  # fmt: skip
                 print(" ".join(command), flush=True)
-                subprocess.run(command, check=False)  # a variant that does not learn exits 1: still a result
+                subprocess.run(
+                    command, check=False, cwd=ROOT
+                )  # a variant that does not learn exits 1: still a result
     entries = cells(path)
     if not entries:
         print(f"no results in {path}")
