@@ -4,6 +4,7 @@ private members. A violation names the file and the import."""
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -252,4 +253,24 @@ def test_benchmarks_are_grouped_by_kind_and_import_each_other_only_as_the_packag
         ]
         if path.parent != bench and path.parent.name not in BENCHMARK_KINDS:
             bad.append(f"{where} is in benchmarks/{path.parent.name}/, not a kind's folder")
+    assert not bad, "\n".join(bad)
+
+
+#: A function longer than this says why in its docstring (issue 44.3).
+MAX_FUNCTION_LINES = 80
+#: How a docstring says why its function is long: "... on purpose", "Its length is ...", "some 110 lines".
+_LENGTH_REASON = re.compile(r"on purpose|its length|\d+ lines", re.IGNORECASE)
+
+
+def test_a_function_over_80_lines_says_why_in_its_docstring() -> None:
+    root = SRC.parents[1]
+    files = [*SRC.rglob("*.py"), *(root / "agents").rglob("*.py"), *(root / "benchmarks").rglob("*.py")]
+    bad = [
+        f"{path.relative_to(root)}:{node.lineno} {node.name} has {node.end_lineno - node.lineno + 1} lines"
+        for path in sorted(files)
+        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
+        and not _LENGTH_REASON.search(ast.get_docstring(node) or "")
+    ]
     assert not bad, "\n".join(bad)

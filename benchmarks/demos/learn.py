@@ -245,8 +245,8 @@ def _print_evaluation(console: Any, evaluation: dict[str, dict[str, float]], jud
     console.print(f"evaluation: {mark}")
 
 
-@closed_pipe_ok
-def main(argv: Sequence[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
+    """The script's arguments (its docstring is the help)."""
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -272,25 +272,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         "under the rule with random; no training",
     )
     parser.add_argument("overrides", nargs="*", metavar="section.key=value", help="config overrides")
-    args = parser.parse_intermixed_args(argv)
-    quiet_console()  # the libraries' notices go to the run's console.log, as in agents/ppo.py
+    return parser
 
-    from rich.console import Console
 
+def _rejudge_file(path: Path, console: Any) -> int:
+    """``--rejudge FILE``: play random on the episodes the file was judged on and rewrite its verdict; 0 when it
+    passes."""
+    report = rejudge(path)
+    _print_evaluation(console, report["evaluation"], report["evaluation_verdict"])
+    mark = "[green]PASS[/green]" if report["passed"] else "[red]FAIL[/red]"
+    console.print(
+        f"training windows {'pass' if report['window_passed'] else 'FAIL'} ({report['z']:.1f} SE); "
+        f"overall {mark} (before random: {'pass' if report['verdict_before_random']['passed'] else 'FAIL'})"
+    )
+    path.write_text(json.dumps(report, indent=2) + "\n")
+    console.print(f"rewrote {path}")
+    return 0 if report["passed"] else 1
+
+
+def _train_or_read(
+    args: argparse.Namespace, parser: argparse.ArgumentParser, console: Any
+) -> tuple[Any, Path, float | None]:
+    """Train the preset (or, with ``--run``, read an existing run folder); returns (config, run folder, wall
+    seconds of the training, None when it is not known)."""
     from verlog.config import load_config
 
-    console = Console()
-    if args.rejudge is not None:
-        report = rejudge(args.rejudge)
-        _print_evaluation(console, report["evaluation"], report["evaluation_verdict"])
-        mark = "[green]PASS[/green]" if report["passed"] else "[red]FAIL[/red]"
-        console.print(
-            f"training windows {'pass' if report['window_passed'] else 'FAIL'} ({report['z']:.1f} SE); "
-            f"overall {mark} (before random: {'pass' if report['verdict_before_random']['passed'] else 'FAIL'})"
-        )
-        args.rejudge.write_text(json.dumps(report, indent=2) + "\n")
-        console.print(f"rewrote {args.rejudge}")
-        return 0 if report["passed"] else 1
     started = time.perf_counter()
     if args.run is None:
         config = load_preset(parser, args.config, args.overrides)
@@ -312,12 +318,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             if (run_dir / WALL_FILE).is_file()
             else None
         )
+    return config, run_dir, wall
 
-    records = update_records(run_dir)
-    if not records:
-        console.print(f"[red]{run_dir} has no update in metrics.jsonl[/red]")
-        return 1
-    result = compare(records)
+
+def _print_windows(console: Any, result: dict[str, Any], wall: float | None, run_dir: Path) -> None:
+    """The first and last windows' success, their gap in standard errors, and the wall time."""
     first, last = result["first"], result["last"]
     console.print(
         f"success, first 10% of updates ({first['updates']} updates, {first['episodes']} episodes): "
@@ -337,6 +342,26 @@ def main(argv: Sequence[str] | None = None) -> int:
             f" [yellow](over the {BUDGET_MIN:.0f}-minute budget)[/yellow]" if wall > 60 * BUDGET_MIN else ""
         )
         console.print(f"training wall time {wall / 60:.1f} min{over}, run folder {run_dir}")
+
+
+@closed_pipe_ok
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_intermixed_args(argv)
+    quiet_console()  # the libraries' notices go to the run's console.log, as in agents/ppo.py
+
+    from rich.console import Console
+
+    console = Console()
+    if args.rejudge is not None:
+        return _rejudge_file(args.rejudge, console)
+    config, run_dir, wall = _train_or_read(args, parser, console)
+    records = update_records(run_dir)
+    if not records:
+        console.print(f"[red]{run_dir} has no update in metrics.jsonl[/red]")
+        return 1
+    result = compare(records)
+    _print_windows(console, result, wall, run_dir)
 
     evaluation = None
     if args.eval_episodes:

@@ -222,8 +222,8 @@ def print_outcome(console: Any, judged: dict[str, dict[str, Any]], result: dict[
     console.print(f"each must be >= {Z_REQUIRED:g} SE: {mark}")
 
 
-@closed_pipe_ok
-def main(argv: Sequence[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
+    """The script's arguments (its docstring is the help)."""
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -240,15 +240,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--stem", default=None, help="results file name (default: learn_crafter, or "
                         "learn_crafter_ablation for a variant)")  # fmt: skip
     parser.add_argument("overrides", nargs="*", metavar="section.key=value", help="config overrides")
-    args = parser.parse_intermixed_args(argv)
-    quiet_console()
+    return parser
 
-    from rich.console import Console
 
+def _train_or_read(
+    args: argparse.Namespace, parser: argparse.ArgumentParser, console: Any
+) -> tuple[Any, Path, float | None]:
+    """Train the variant from the preset (its settings kept in the run folder, so ``--run`` judges it as it was
+    first judged), or read an existing run; returns (config, run folder, training seconds or None)."""
     from verlog.config import load_config
 
-    console = Console(soft_wrap=True)
-    started, load_start = time.perf_counter(), os.getloadavg()[0]
     train_s: float | None = None
     if args.run is None:
         overrides = [*VARIANTS[args.variant], *args.overrides]
@@ -273,6 +274,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         state = json.loads((run_dir / STATE_FILE).read_text())
         args.variant, args.episodes = state["variant"], state["episodes"]
         args.eval_seed, args.eval_envs = state["eval_seed"], state["eval_envs"]
+    return config, run_dir, train_s
+
+
+@closed_pipe_ok
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_intermixed_args(argv)
+    quiet_console()
+
+    from rich.console import Console
+
+    console = Console(soft_wrap=True)
+    started, load_start = time.perf_counter(), os.getloadavg()[0]
+    config, run_dir, train_s = _train_or_read(args, parser, console)
     records = update_records(run_dir)
     if not records:
         console.print(f"[red]{run_dir} has no update in metrics.jsonl[/red]")

@@ -339,8 +339,8 @@ def rejudge(path: Path, num_envs: int) -> dict[str, Any]:
     }
 
 
-@closed_pipe_ok
-def main(argv: Sequence[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
+    """The script's arguments (its docstring is the help)."""
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -369,114 +369,115 @@ def main(argv: Sequence[str] | None = None) -> int:
         "judged episodes; the trained and zero-shot figures stay); no training",
     )
     parser.add_argument("overrides", nargs="*", metavar="section.key=value", help="config overrides")
-    args = parser.parse_intermixed_args(argv)
-    quiet_console()  # the libraries' notices go to the run's console.log, as in agents/ppo.py
+    return parser
 
-    from rich.console import Console
 
-    from verlog.config import load_config
+def _rejudge_files(args: argparse.Namespace, console: Any) -> int:
+    """``--rejudge FILE``: judge a results file's seeds again against zero-shot and random, rewrite it and its
+    plot; 0 when every seed passes."""
+    results = rejudge(args.rejudge, args.eval_envs)
+    for entry in results["seeds"]:
+        console.print(
+            f"seed {entry['seed']} (was {'pass' if entry['verdict_before_random']['passed'] else 'FAIL'}):"
+        )
+        _print_outcome(console, entry["zero_shot"], entry["trained"], entry["random"], entry)
+    lines = args.rejudge.read_text().splitlines()
+    indent = (
+        len(lines[1]) - len(lines[1].lstrip(" ")) if len(lines) > 1 else 2
+    )  # the file's own: a small diff
+    args.rejudge.write_text(json.dumps(results, indent=indent or 2) + "\n")
+    plot(results, args.rejudge.with_suffix(".png"))
+    console.print(
+        f"rewrote {args.rejudge} and its .png: seeds passed {results['seeds_passed']}, "
+        f"failed {results['seeds_failed']}"
+    )
+    return 0 if results["seeds"] and not results["seeds_failed"] else 1
+
+
+def _train(
+    args: argparse.Namespace, parser: argparse.ArgumentParser, console: Any
+) -> tuple[Any, Path, dict[str, Any], dict[str, Any], float]:
+    """A new run: the zero-shot and random figures on the judged episodes first (kept in the run folder's
+    state file), then training; returns (config, run folder, zero-shot, random, training seconds)."""
     from verlog.models.sources import resolve_model_path
 
-    console = Console(soft_wrap=True)  # a figure line is never broken mid-number in a log file
-    if args.rejudge is not None:
-        results = rejudge(args.rejudge, args.eval_envs)
-        for entry in results["seeds"]:
-            console.print(
-                f"seed {entry['seed']} (was {'pass' if entry['verdict_before_random']['passed'] else 'FAIL'}):"
-            )
-            _print_outcome(console, entry["zero_shot"], entry["trained"], entry["random"], entry)
-        lines = args.rejudge.read_text().splitlines()
-        indent = (
-            len(lines[1]) - len(lines[1].lstrip(" ")) if len(lines) > 1 else 2
-        )  # the file's own: a small diff
-        args.rejudge.write_text(json.dumps(results, indent=indent or 2) + "\n")
-        plot(results, args.rejudge.with_suffix(".png"))
-        console.print(
-            f"rewrote {args.rejudge} and its .png: seeds passed {results['seeds_passed']}, "
-            f"failed {results['seeds_failed']}"
-        )
-        return 0 if results["seeds"] and not results["seeds_failed"] else 1
-    started = time.perf_counter()
-    load_start = os.getloadavg()[0]
-    if args.run is None:
-        args.judge = args.judge or "newest"
-        overrides = list(args.overrides)
-        if args.seed is not None:
-            overrides += [f"run.seed={args.seed}"]
-        config = load_preset(parser, args.config, overrides)
-        config.run.name = f"{config.run.name}-s{config.run.seed}"
-        from verlog.ppo.trainer import Trainer
+    args.judge = args.judge or "newest"
+    overrides = list(args.overrides)
+    if args.seed is not None:
+        overrides += [f"run.seed={args.seed}"]
+    config = load_preset(parser, args.config, overrides)
+    config.run.name = f"{config.run.name}-s{config.run.seed}"
+    from verlog.ppo.trainer import Trainer
 
-        config.model.path = resolve_model_path(config.model, config.env)  # fetched and converted once
-        trainer = Trainer(config)
-        run_dir = trainer.run_dir
-        env_id, env_kwargs = target(config)
-        console.print(f"zero-shot: {config.model.path} on {args.episodes} seeded episodes of {env_id}")
-        before, folder, cached = zero_shot(
-            config, run_dir / CONFIG_FILE, args.episodes, args.eval_seed, args.eval_envs
-        )
-        console.print(f"zero-shot success {before['success']:.3f} ± {before['success_se']:.3f}"
-                      f"{' (kept from ' + str(folder) + ')' if cached else ''}")  # fmt: skip
-        random, random_dir, cached = random_baseline(
-            env_id, env_kwargs, config.env.memory, config.env.memory_kwargs, args.episodes, args.eval_seed,
-            args.eval_envs,
-        )  # fmt: skip
-        console.print(f"random success {random['success']:.3f} ± {random['success_se']:.3f}"
-                      f"{' (kept from ' + str(random_dir) + ')' if cached else ''}")  # fmt: skip
-        state = {"before": before, "zero_shot_dir": str(folder), "random": random,
-                 "random_dir": str(random_dir), "eval_seed": args.eval_seed,
-                 "episodes": args.episodes, "eval_envs": args.eval_envs, "preset": args.config.stem,
-                 "judge": args.judge}  # fmt: skip
-        (run_dir / STATE_FILE).write_text(json.dumps(state) + "\n")
-        console.print(
-            f"training {config.run.total_updates} updates from seed {config.run.seed} into {run_dir}"
-        )
-        clock = time.perf_counter()
-        trainer.train()
-        train_s: float | None = time.perf_counter() - clock
-    else:
-        run_dir = args.run
-        config = load_config(run_dir / CONFIG_FILE)
-        state = json.loads((run_dir / STATE_FILE).read_text())
-        before, train_s = state["before"], None
-        args.eval_seed, args.episodes = (
-            state.get("eval_seed", args.eval_seed),
-            state.get("episodes", args.episodes),
-        )
-        args.config = Path(state.get("preset", args.config.stem) + ".toml")  # its results file's name
-        args.judge = args.judge or state.get("judge", "newest")  # as the run was first judged
-        random = state.get("random")
-        if random is None:  # judged first before random was: played now, on the same episodes
-            env_id, env_kwargs = target(config)
-            random = random_baseline(
-                env_id, env_kwargs, config.env.memory, config.env.memory_kwargs, args.episodes,
-                args.eval_seed, state.get("eval_envs", args.eval_envs),
-            )[0]  # fmt: skip
-    records = update_records(run_dir)
-    if not records:
-        console.print(f"[red]{run_dir} has no update in metrics.jsonl[/red]")
-        return 1
-    judged = checkpoint_judged(run_dir, args.judge)
-    after_dir = run_dir / ("eval-after" if args.judge == "newest" else f"eval-after-{args.judge}")
-    if (after_dir / "summary.json").is_file():  # judged before: the same checkpoint on the same episodes
-        after = figures(after_dir, target(config)[0])
-    else:
-        checkpoint = None if args.judge == "newest" else args.judge
-        command = eval_command(
-            str(run_dir), config, run_dir / CONFIG_FILE, after_dir, args.episodes, args.eval_seed,
-            args.eval_envs, checkpoint,
-        )  # fmt: skip
-        after = evaluation(command, after_dir, target(config)[0])
-    result = verdict(before, after, random)
-    wall = time.perf_counter() - started if args.run is None else None
-    _print_outcome(console, before, after, random, result)
-    if wall is not None and train_s is not None:
-        console.print(
-            f"wall time {wall / 60:.1f} min (training {train_s / 60:.1f} min), run folder {run_dir}"
-        )
-
+    config.model.path = resolve_model_path(config.model, config.env)  # fetched and converted once
+    trainer = Trainer(config)
+    run_dir = trainer.run_dir
     env_id, env_kwargs = target(config)
-    record = {
+    console.print(f"zero-shot: {config.model.path} on {args.episodes} seeded episodes of {env_id}")
+    before, folder, cached = zero_shot(
+        config, run_dir / CONFIG_FILE, args.episodes, args.eval_seed, args.eval_envs
+    )
+    console.print(f"zero-shot success {before['success']:.3f} ± {before['success_se']:.3f}"
+                  f"{' (kept from ' + str(folder) + ')' if cached else ''}")  # fmt: skip
+    random, random_dir, cached = random_baseline(
+        env_id, env_kwargs, config.env.memory, config.env.memory_kwargs, args.episodes, args.eval_seed,
+        args.eval_envs,
+    )  # fmt: skip
+    console.print(f"random success {random['success']:.3f} ± {random['success_se']:.3f}"
+                  f"{' (kept from ' + str(random_dir) + ')' if cached else ''}")  # fmt: skip
+    state = {"before": before, "zero_shot_dir": str(folder), "random": random,
+             "random_dir": str(random_dir), "eval_seed": args.eval_seed,
+             "episodes": args.episodes, "eval_envs": args.eval_envs, "preset": args.config.stem,
+             "judge": args.judge}  # fmt: skip
+    (run_dir / STATE_FILE).write_text(json.dumps(state) + "\n")
+    console.print(f"training {config.run.total_updates} updates from seed {config.run.seed} into {run_dir}")
+    clock = time.perf_counter()
+    trainer.train()
+    return config, run_dir, before, random, time.perf_counter() - clock
+
+
+def _judged_before(args: argparse.Namespace) -> tuple[Any, Path, dict[str, Any], dict[str, Any]]:
+    """``--run``: an existing run folder judged as it was first judged (its state file's episodes, seed and
+    checkpoint choice; random played now if it was judged before random was); returns (config, run folder,
+    zero-shot, random)."""
+    from verlog.config import load_config
+
+    run_dir = args.run
+    config = load_config(run_dir / CONFIG_FILE)
+    state = json.loads((run_dir / STATE_FILE).read_text())
+    before = state["before"]
+    args.eval_seed, args.episodes = (
+        state.get("eval_seed", args.eval_seed),
+        state.get("episodes", args.episodes),
+    )
+    args.config = Path(state.get("preset", args.config.stem) + ".toml")  # its results file's name
+    args.judge = args.judge or state.get("judge", "newest")  # as the run was first judged
+    random = state.get("random")
+    if random is None:  # judged first before random was: played now, on the same episodes
+        env_id, env_kwargs = target(config)
+        random = random_baseline(
+            env_id, env_kwargs, config.env.memory, config.env.memory_kwargs, args.episodes,
+            args.eval_seed, state.get("eval_envs", args.eval_envs),
+        )[0]  # fmt: skip
+    return config, run_dir, before, random
+
+
+def _record(
+    args: argparse.Namespace,
+    config: Any,
+    run_dir: Path,
+    records: list[dict[str, Any]],
+    before: dict[str, Any],
+    after: dict[str, Any],
+    random: dict[str, Any],
+    result: dict[str, Any],
+    wall: float | None,
+    train_s: float | None,
+    load_start: float,
+) -> dict[str, Any]:
+    """One seed's entry of the results file: the three figures, the verdict, the machine and the curve."""
+    judged = checkpoint_judged(run_dir, args.judge)
+    return {
         "seed": config.run.seed,
         "passed": result["passed"],
         "zero_shot": before,
@@ -500,6 +501,50 @@ def main(argv: Sequence[str] | None = None) -> int:
         "config": config.to_dict(),
         "curve": [{k: r[k] for k in CURVE_KEYS if k in r} for r in records],
     }
+
+
+@closed_pipe_ok
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_intermixed_args(argv)
+    quiet_console()  # the libraries' notices go to the run's console.log, as in agents/ppo.py
+
+    from rich.console import Console
+
+    console = Console(soft_wrap=True)  # a figure line is never broken mid-number in a log file
+    if args.rejudge is not None:
+        return _rejudge_files(args, console)
+    started = time.perf_counter()
+    load_start = os.getloadavg()[0]
+    if args.run is None:
+        config, run_dir, before, random, train_s = _train(args, parser, console)
+    else:
+        config, run_dir, before, random = _judged_before(args)
+        train_s = None
+    records = update_records(run_dir)
+    if not records:
+        console.print(f"[red]{run_dir} has no update in metrics.jsonl[/red]")
+        return 1
+    after_dir = run_dir / ("eval-after" if args.judge == "newest" else f"eval-after-{args.judge}")
+    if (after_dir / "summary.json").is_file():  # judged before: the same checkpoint on the same episodes
+        after = figures(after_dir, target(config)[0])
+    else:
+        checkpoint = None if args.judge == "newest" else args.judge
+        command = eval_command(
+            str(run_dir), config, run_dir / CONFIG_FILE, after_dir, args.episodes, args.eval_seed,
+            args.eval_envs, checkpoint,
+        )  # fmt: skip
+        after = evaluation(command, after_dir, target(config)[0])
+    result = verdict(before, after, random)
+    wall = time.perf_counter() - started if args.run is None else None
+    _print_outcome(console, before, after, random, result)
+    if wall is not None and train_s is not None:
+        console.print(
+            f"wall time {wall / 60:.1f} min (training {train_s / 60:.1f} min), run folder {run_dir}"
+        )
+
+    record = _record(args, config, run_dir, records, before, after, random, result, wall, train_s, load_start)
+    env_id, env_kwargs = target(config)
     header = {
         "benchmark": args.config.stem,
         "task": {"env_id": env_id, "env_kwargs": env_kwargs},

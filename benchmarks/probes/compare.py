@@ -212,7 +212,8 @@ def plot(summary: dict[str, Any], path: Path, title: str) -> None:
     fig.savefig(path, dpi=120)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
+    """The script's arguments (its docstring is the help)."""
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -231,6 +232,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "overrides", nargs="*", metavar="section.key=value", help="config overrides for every run"
     )
+    return parser
+
+
+def _run_cells(args: argparse.Namespace, jobs: list[tuple[str, int]], started: float) -> None:
+    """Every (method, seed) cell in a child process of its own, ``--jobs`` at a time, each logging to
+    ``<runs>/<method>-s<seed>.log``; the model is built once first, not by two cells at once."""
+    from verlog.config import load_config
+    from verlog.models.sources import resolve_model_path
+
+    preset = load_config(args.config, [*COMMON, *args.overrides])
+    resolve_model_path(preset.model, preset.env)  # built once here, not by two runs at once
+
+    def launch(job: tuple[str, int]) -> int:
+        method, seed = job
+        log = args.runs / f"{method}-s{seed}.log"
+        command = [sys.executable, "-m", "benchmarks.probes.compare", "--one", method, str(seed)]
+        command += ["--turns", str(args.turns)]
+        command += ["--config", str(args.config), "--runs", str(args.runs), *args.overrides]
+        with log.open("w") as handle:
+            code = subprocess.call(command, stdout=handle, stderr=subprocess.STDOUT, cwd=ROOT)
+        print(f"{method} seed {seed}: exit {code} ({time.perf_counter() - started:.0f}s)", flush=True)
+        return code
+
+    with ThreadPoolExecutor(args.jobs) as pool:
+        codes = list(pool.map(launch, jobs))
+    if any(codes):
+        print("some runs failed; see the logs in", args.runs)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_intermixed_args(argv)
     quiet_console()  # the libraries' notices go to the run's console.log, as in agents/ppo.py
     if args.one:
@@ -244,35 +276,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     attach_run_log(args.runs, file_name="compare.log")  # this process's own library notices
     started = time.perf_counter()
     if not args.table_only:
-        from verlog.config import load_config
-        from verlog.models.sources import resolve_model_path
-
-        preset = load_config(args.config, [*COMMON, *args.overrides])
-        resolve_model_path(preset.model, preset.env)  # built once here, not by two runs at once
-
-        def launch(job: tuple[str, int]) -> int:
-            method, seed = job
-            log = args.runs / f"{method}-s{seed}.log"
-            command = [
-                sys.executable,
-                "-m",
-                "benchmarks.probes.compare",
-                "--one",
-                method,
-                str(seed),
-                "--turns",
-                str(args.turns),
-            ]
-            command += ["--config", str(args.config), "--runs", str(args.runs), *args.overrides]
-            with log.open("w") as handle:
-                code = subprocess.call(command, stdout=handle, stderr=subprocess.STDOUT, cwd=ROOT)
-            print(f"{method} seed {seed}: exit {code} ({time.perf_counter() - started:.0f}s)", flush=True)
-            return code
-
-        with ThreadPoolExecutor(args.jobs) as pool:
-            codes = list(pool.map(launch, jobs))
-        if any(codes):
-            print("some runs failed; see the logs in", args.runs)
+        _run_cells(args, jobs, started)
     runs: dict[str, list[Path]] = {}
     for method, seed in jobs:
         done = sorted(p.parent for p in args.runs.glob(f"{method}-s{seed}-*/result.json"))

@@ -306,8 +306,8 @@ def write_tables(
 
 
 # ---------------------------------------------------------------------------------------------- main
-@closed_pipe_ok
-def main(argv: Sequence[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
+    """The script's arguments (its docstring is the help)."""
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -328,6 +328,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--table-only", action="store_true", help="only rebuild the table from the run folders"
     )
+    return parser
+
+
+@closed_pipe_ok
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_intermixed_args(argv)
     if args.seeds < 1 or args.jobs < 1 or not 0 < args.last <= 1:
         parser.error("--seeds and --jobs must be >= 1 and --last in (0, 1]")

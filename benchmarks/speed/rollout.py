@@ -183,8 +183,8 @@ def plot(rows: Sequence[dict[str, Any]], path: Path, title: str) -> None:
     fig.savefig(path, dpi=120)
 
 
-@closed_pipe_ok
-def main(argv: Sequence[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
+    """The script's arguments (its docstring is the help)."""
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -200,35 +200,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder for rollout.json and rollout.png")
     parser.add_argument("overrides", nargs="*", metavar="section.key=value", help="config overrides")
-    args = parser.parse_intermixed_args(argv)
-    quiet_console()  # the libraries' notices go to runs/logs/bench-rollout.log
-    attach_run_log(Path("runs") / "logs", file_name="bench-rollout.log")
-    try:
-        config = load_config(args.config, args.overrides)
-        validate(config)
-        sizes = [int(n) for n in args.num_envs.split(",")]
-        backends = args.backends.split(",")
-        if not set(backends) <= {"transformers", "vllm"}:
-            raise ValueError(f"--backends takes transformers and/or vllm, got {args.backends}")
-    except (ConfigError, OSError, ValueError) as error:
-        parser.error(str(error))
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(config.run.seed)
-    console = Console() if sys.stdout.isatty() else Console(width=150)
-    config.model.path = resolve_model_path(config.model, config.env)  # built the way the trainer builds it
-    models = load_models(config.model.path, dtype=config.model.dtype, with_reference=False)
-    models.actor.eval()
+    return parser
 
-    rows = []
-    for backend in backends:
-        with console.status(f"{backend}: starting ..."):
-            sampler = make_sampler(backend, config, models)
-        for n in sizes:
-            with console.status(f"{backend}, N={n} ..."):
-                rows.append(measure(config, n, args.updates, args.warmup, models, sampler, backend))
-    table = Table(
-        title=f"Rollout collection, {args.config.name}: {config.env.id}, T={config.ppo.turns_per_update}"
-    )
+
+def _show(console: Any, rows: list[dict[str, Any]], sizes: list[int], title: str) -> list[dict[str, Any]]:
+    """Print the table of rows (where a turn's time goes) and, where both samplers ran, vLLM's speed-up over
+    transformers per N; returns those ratios."""
+    table = Table(title=title)
     for column in ("sampler", "N", "turns/s", "tokens/s", "ms/turn", *PARTS, "env+prompt"):
         table.add_column(column, justify="right")
     for r in rows:
@@ -264,6 +242,40 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"N={r['num_envs']}: vLLM / transformers = {r['turns_per_s']:.2f}x turns/s, "
             f"{r['generated_tokens_per_s']:.2f}x tokens/s"
         )
+    return ratios
+
+
+@closed_pipe_ok
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_intermixed_args(argv)
+    quiet_console()  # the libraries' notices go to runs/logs/bench-rollout.log
+    attach_run_log(Path("runs") / "logs", file_name="bench-rollout.log")
+    try:
+        config = load_config(args.config, args.overrides)
+        validate(config)
+        sizes = [int(n) for n in args.num_envs.split(",")]
+        backends = args.backends.split(",")
+        if not set(backends) <= {"transformers", "vllm"}:
+            raise ValueError(f"--backends takes transformers and/or vllm, got {args.backends}")
+    except (ConfigError, OSError, ValueError) as error:
+        parser.error(str(error))
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(config.run.seed)
+    console = Console() if sys.stdout.isatty() else Console(width=150)
+    config.model.path = resolve_model_path(config.model, config.env)  # built the way the trainer builds it
+    models = load_models(config.model.path, dtype=config.model.dtype, with_reference=False)
+    models.actor.eval()
+
+    rows = []
+    for backend in backends:
+        with console.status(f"{backend}: starting ..."):
+            sampler = make_sampler(backend, config, models)
+        for n in sizes:
+            with console.status(f"{backend}, N={n} ..."):
+                rows.append(measure(config, n, args.updates, args.warmup, models, sampler, backend))
+    title = f"Rollout collection, {args.config.name}: {config.env.id}, T={config.ppo.turns_per_update}"
+    ratios = _show(console, rows, sizes, title)
     report = {
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "machine": machine(),

@@ -155,8 +155,8 @@ def build_real(
     return folder
 
 
-@closed_pipe_ok
-def main(argv: Sequence[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
+    """The script's arguments (its docstring is the help)."""
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -178,6 +178,51 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder for update.json")
     parser.add_argument("overrides", nargs="*", metavar="section.key=value", help="overrides of both cases")
+    return parser
+
+
+def _show(console: Any, cases: dict[str, Any]) -> None:
+    """Print one row per case (its device, size and throughput), and why a skipped case was skipped."""
+    table = Table(title="PPO update throughput (Trainer.train_update, time/update)")
+    for column in (
+        "case",
+        "device",
+        "params",
+        "turns/s",
+        "tokens/s",
+        "response tok/s",
+        "update s",
+        "score s",
+        "collect s",
+    ):
+        table.add_column(column, justify="left" if column == "case" else "right")
+    skipped = {name: r["skipped"] for name, r in cases.items() if "skipped" in r}
+    for name, r in cases.items():
+        if name in skipped:
+            table.add_row(name, "-", "-", "-", "skipped", "-", "-", "-", "-")
+            continue
+        table.add_row(
+            name,
+            f"{r['device']} {r['mixed_precision']}",
+            f"{r['actor_parameters'] / 1e6:.2f}M",
+            f"{r['turns_per_s']:.2f}",
+            f"{r['tokens_per_s']:,.0f}",
+            f"{r['response_tokens_per_s']:,.0f}",
+            f"{r['update_s_per_batch']:.2f}",
+            f"{r['score_s_per_batch']:.2f}",
+            f"{r['collect_s_per_batch']:.2f}",
+        )
+    console.print(table)
+    for name, reason in skipped.items():
+        console.print(f"{name}: skipped, {reason}")
+    console.print(
+        "tokens = epochs x (prompt + response) tokens of the batch; seconds per batch of T x N turns."
+    )
+
+
+@closed_pipe_ok
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_intermixed_args(argv)
     quiet_console()  # the libraries' notices go to the run's console.log, as in agents/ppo.py
     console = Console() if sys.stdout.isatty() else Console(width=150)
@@ -228,41 +273,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
-    table = Table(title="PPO update throughput (Trainer.train_update, time/update)")
-    for column in (
-        "case",
-        "device",
-        "params",
-        "turns/s",
-        "tokens/s",
-        "response tok/s",
-        "update s",
-        "score s",
-        "collect s",
-    ):
-        table.add_column(column, justify="left" if column == "case" else "right")
-    skipped = {name: r["skipped"] for name, r in cases.items() if "skipped" in r}
-    for name, r in cases.items():
-        if name in skipped:
-            table.add_row(name, "-", "-", "-", "skipped", "-", "-", "-", "-")
-            continue
-        table.add_row(
-            name,
-            f"{r['device']} {r['mixed_precision']}",
-            f"{r['actor_parameters'] / 1e6:.2f}M",
-            f"{r['turns_per_s']:.2f}",
-            f"{r['tokens_per_s']:,.0f}",
-            f"{r['response_tokens_per_s']:,.0f}",
-            f"{r['update_s_per_batch']:.2f}",
-            f"{r['score_s_per_batch']:.2f}",
-            f"{r['collect_s_per_batch']:.2f}",
-        )
-    console.print(table)
-    for name, reason in skipped.items():
-        console.print(f"{name}: skipped, {reason}")
-    console.print(
-        "tokens = epochs x (prompt + response) tokens of the batch; seconds per batch of T x N turns."
-    )
+    _show(console, cases)
     report = {
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "machine": machine(),
