@@ -30,6 +30,7 @@ import torch
 from verlog.models.tiny import build_tiny
 from verlog.runkit.folder import latest_checkpoint
 from verlog.runkit.launch import LaunchError, check_launch
+from verlog.runkit.logger import reproducible
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "agents" / "accelerate"
@@ -45,7 +46,6 @@ SMALL = [
     "run.checkpoint_every=1",
     "run.keep_checkpoints=3",
 ]
-VOLATILE = ("time", "per_s")  # wall-clock figures differ between any two runs
 
 
 @pytest.fixture(scope="module")
@@ -172,10 +172,6 @@ def records(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
-def stable(record: dict) -> dict:
-    return {k: v for k, v in record.items() if not any(word in k for word in VOLATILE)}
-
-
 def actor(checkpoint: Path) -> dict[str, torch.Tensor]:
     from safetensors.torch import load_file
 
@@ -257,13 +253,15 @@ def train_resume_and_match(
         finish(start(tmp_path / "logs-resume", launch, ["agents/ppo.py", "--resume", str(resumed)]))
         assert latest_checkpoint(resumed).name == "000002"
         assert same_weights(run / "checkpoints" / "000002", resumed / "checkpoints" / "000002")
-        assert [stable(r) for r in records(run)] == [stable(r) for r in records(resumed)]
+        assert [reproducible(r) for r in records(run)] == [reproducible(r) for r in records(resumed)]
 
     if single:
         # One machine with two processes, same seed: same metrics and weights.
         single_dir = tmp_path / "single"
         finish(start(tmp_path / "logs-single", launch, [*args, f"run.output_dir={single_dir}"], machines=1))
-        assert [stable(r) for r in records(run)] == [stable(r) for r in records(single_dir / "tiny-0001")]
+        assert [reproducible(r) for r in records(run)] == [
+            reproducible(r) for r in records(single_dir / "tiny-0001")
+        ]
         assert same_weights(
             run / "checkpoints" / "000002", single_dir / "tiny-0001" / "checkpoints" / "000002"
         )

@@ -11,7 +11,7 @@ from typing import Any
 
 from verlog.runkit.folder import METRICS_FILE, latest_checkpoint
 
-__all__ = ["COLUMNS", "RunLogger", "flat_hyperparameters", "tracker_init_kwargs"]
+__all__ = ["COLUMNS", "RunLogger", "flat_hyperparameters", "reproducible", "tracker_init_kwargs"]
 
 #: The console table: (metric, header, format, priority). Every name is the one used in metrics.jsonl and
 #: trackers. Priority 0 columns are always shown; the others join, lowest number first, while the row still
@@ -202,6 +202,12 @@ class RunLogger:
         table.add_row(*cells)
         self.rows += 1
         return table
+
+
+def reproducible(metrics: dict[str, Any]) -> dict[str, Any]:
+    """``metrics`` without the figures of the clock and the machine (``time/*``, ``*_per_s``, ``sys/*`` such as
+    resident memory): what a resumed run must repeat exactly, and two runs of one seed must share."""
+    return {k: v for k, v in metrics.items() if not (k.startswith("sys/") or "time" in k or "per_s" in k)}
 
 
 #: The closing panel's trend: (metric, label, format), each the mean of the first and of the last updates.
