@@ -60,61 +60,61 @@ def docs_browser(session: nox.Session) -> None:
 @nox.session
 def bench_envs(session: nox.Session) -> None:
     """Steps/s of raw games, text envs and vector envs; Crafter reset time."""
-    session.run("python", "benchmarks/envs.py", *session.posargs)
+    session.run("python", "-m", "benchmarks.speed.envs", *session.posargs)
 
 
 @nox.session
 def bench_gae(session: nox.Session) -> None:
     """Vectorised dual-discount GAE vs the per-token loop: agreement and speed (T=16, N=128, R sweep)."""
-    session.run("python", "benchmarks/gae.py", *session.posargs)
+    session.run("python", "-m", "benchmarks.speed.gae", *session.posargs)
 
 
 @nox.session
 def bench_rollout(session: nox.Session) -> None:
     """Rollout turns/s and tokens/s with envs/tiny.toml, split into prompt, generation, env and storage."""
-    session.run("python", "benchmarks/rollout.py", *session.posargs)
+    session.run("python", "-m", "benchmarks.speed.rollout", *session.posargs)
 
 
 @nox.session
 def bench_update(session: nox.Session) -> None:
     """PPO update tokens/s with the tiny model (and a real small architecture on a GPU when present)."""
-    session.run("python", "benchmarks/update.py", *session.posargs)
+    session.run("python", "-m", "benchmarks.speed.update", *session.posargs)
 
 
 @nox.session
 def bench_replay(session: nox.Session) -> None:
     """Time to rebuild a Crafter sub-env on resume by replaying 2000 and 10000 actions."""
-    session.run("python", "benchmarks/replay.py", *session.posargs)
+    session.run("python", "-m", "benchmarks.speed.replay", *session.posargs)
 
 
 @nox.session
 def learn(session: nox.Session) -> None:
     """The learning demonstration: PPO from a tiny random model on BabyAI GoTo; fails unless it learns."""
-    session.run("python", "benchmarks/learn.py", *session.posargs)
+    session.run("python", "-m", "benchmarks.demos.learn", *session.posargs)
 
 
 @nox.session
 def learn_crafter(session: nox.Session) -> None:
     """PPO from a tiny model on Crafter, judged against it untrained and random (-- --seed N); non-zero unless it learned."""
-    session.run("python", "benchmarks/learn_crafter.py", *session.posargs)
+    session.run("python", "-m", "benchmarks.demos.learn_crafter", *session.posargs)
 
 
 @nox.session
 def ablation_crafter(session: nox.Session) -> None:
     """The Crafter demonstration without the window-edge bootstrap, without critic pre-training, and as GRPO."""
-    session.run("python", "benchmarks/ablation_crafter.py", *session.posargs)
+    session.run("python", "-m", "benchmarks.demos.ablation_crafter", *session.posargs)
 
 
 @nox.session
 def long_run(session: nox.Session) -> None:
     """An hour of Crafter training: resident memory must stay flat; cut episodes and prompts are counted."""
-    session.run("python", "benchmarks/long_run.py", *session.posargs)
+    session.run("python", "-m", "benchmarks.probes.long_run", *session.posargs)
 
 
 @nox.session
 def learn_real(session: nox.Session) -> None:
     """PPO from SmolLM2-135M-Instruct on BabyAI GoTo, small room (CPU; -- --seed N); non-zero unless it learned."""
-    session.run("python", "benchmarks/learn_real.py", *session.posargs)
+    session.run("python", "-m", "benchmarks.demos.learn_real", *session.posargs)
 
 
 @nox.session
@@ -122,7 +122,8 @@ def learn_goto(session: nox.Session) -> None:
     """SmolLM2 on BALROG's own GoTo through a curriculum (CPU; -- --seed N); non-zero unless it learned."""
     session.run(
         "python",
-        "benchmarks/learn_real.py",
+        "-m",
+        "benchmarks.demos.learn_real",
         "--config",
         "envs/learn_goto.toml",
         "--episodes",
@@ -138,7 +139,8 @@ def learn_babaisai(session: nox.Session) -> None:
     """SmolLM2 on BabaIsAI's goto_win with one-step branches (CPU; -- --seed N); non-zero unless it learned."""
     session.run(
         "python",
-        "benchmarks/learn_real.py",
+        "-m",
+        "benchmarks.demos.learn_real",
         "--config",
         "envs/learn_babaisai_branch.toml",
         "--judge",
@@ -152,29 +154,29 @@ def learn_babaisai(session: nox.Session) -> None:
 @nox.session
 def sweep(session: nox.Session) -> None:
     """A grid of runs: nox -s sweep -- KEY=V1,V2 ... --seeds 3 --config envs/tiny.toml."""
-    session.run("python", "benchmarks/sweep.py", *session.posargs)
+    session.run("python", "-m", "benchmarks.probes.sweep", *session.posargs)
 
 
 @nox.session
 def compare(session: nox.Session) -> None:
     """PPO+GAE vs GRPO vs GiGPO on the tiny model, same seeds and turn budget (benchmarks/results/compare.*)."""
-    session.run("python", "benchmarks/compare.py", *session.posargs)
+    session.run("python", "-m", "benchmarks.probes.compare", *session.posargs)
 
 
 @nox.session
 def bench_prompts(session: nox.Session) -> None:
     """Zero-shot valid-action rate of SmolLM2 for each prompt style, example, format and memory."""
-    session.run("python", "benchmarks/prompts.py", *session.posargs)
+    session.run("python", "-m", "benchmarks.probes.prompts", *session.posargs)
 
 
 @nox.session
 def bench_first_moves(session: nox.Session) -> None:
     """Does SmolLM2's first answer on BabaIsAI point toward the WIN object, for 0, 1 and 4 worked examples?"""
-    session.run("python", "benchmarks/first_moves.py", *session.posargs)
+    session.run("python", "-m", "benchmarks.probes.first_moves", *session.posargs)
 
 
 @nox.session
 def gpu_check(session: nox.Session) -> None:
     """The learner on one GPU in 8 minutes: tiny preset, 0.5B/3B shapes (LoRA or not, critic or not), FSDP2, the
     GPU tests; writes benchmarks/results/gpu.json (-- --cpu-smoke: the same legs on the CPU, tiny models)."""
-    session.run("python", "benchmarks/gpu_check.py", *session.posargs)
+    session.run("python", "-m", "benchmarks.speed.gpu_check", *session.posargs)

@@ -17,11 +17,11 @@ import sys
 import time
 from pathlib import Path
 
+from verlog.config import ConfigError, describe, load_config
 from verlog.extras import as_missing, require
 from verlog.pipes import closed_pipe_ok
-from verlog.ppo.config import ConfigError, describe, load_config
-from verlog.ppo.validate import ConfigProblems, validate
 from verlog.runkit.folder import CONFIG_FILE
+from verlog.runkit.validate import ConfigProblems, validate
 
 
 @closed_pipe_ok
@@ -63,10 +63,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         require("training", "torch", "transformers", "accelerate")
         from verlog.ppo.trainer import Trainer  # torch and transformers load only once the config is good
-        from verlog.ppo.watchdog import Collapsed
         from verlog.runkit.faults import Diverged, stopped_run
         from verlog.runkit.launch import LaunchError, exit_on_peer_loss
         from verlog.runkit.manifest import CheckpointError
+        from verlog.runkit.watchdog import Collapsed
         from verlog.sampling import SamplerError
         from verlog.vector import SubEnvError
     except ImportError as error:

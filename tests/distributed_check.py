@@ -16,8 +16,9 @@ from pathlib import Path
 
 import torch
 
+from verlog.config import load_config
 from verlog.models.weights import weights_checksum
-from verlog.ppo.config import load_config
+from verlog.ppo.advantages import compute_advantages
 from verlog.ppo.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,18 +35,11 @@ def main(out: str, overrides: list[str]) -> None:
         ]
 
     first = trainer.train_update()
-    ppo, storage = trainer.config.ppo, trainer.storage
+    storage = trainer.storage
     trainer.sampler.update_weights()
     trainer.rollout.collect(storage)
     trainer._score(storage, logprobs=True)
-    storage.compute_returns(
-        turn_gamma=ppo.turn_gamma,
-        turn_lam=ppo.turn_lam,
-        token_gamma=ppo.token_gamma,
-        token_lam=ppo.token_lam,
-        kl_coef=ppo.kl_coef,
-        all_reduce=trainer._all_reduce,
-    )
+    compute_advantages(storage, trainer.config, all_reduce=trainer._all_reduce)
     if rank == world - 1:
         storage.advantages = torch.full_like(storage.advantages, float("nan"))
     before = checksums()

@@ -13,15 +13,15 @@ import torch
 from toy_env import TOY_ID
 
 import verlog
+from verlog.config import AlgoConfig, Config, ConfigError, load_config
 from verlog.models.loading import load_models
 from verlog.models.prompts import PromptBuilder
 from verlog.models.tiny import build_tiny
-from verlog.ppo.batches import make_batches
-from verlog.ppo.branching import Brancher, branch_advantages, branch_width, offered_actions, try_actions
-from verlog.ppo.config import AlgoConfig, ConfigError, load_config
-from verlog.ppo.group_rollout import GroupRollout
+from verlog.ppo.advantages import branch_advantages, compute_advantages
+from verlog.ppo.build import make_batches
+from verlog.ppo.group_rollout import Brancher, GroupRollout, branch_width, offered_actions, try_actions
 from verlog.ppo.storage import GroupStorage
-from verlog.ppo.validate import validate
+from verlog.runkit.validate import validate
 from verlog.sampling import TransformersSampler
 
 GOTO_WIN = "verlog/BabaIsAI-goto_win-v0"
@@ -84,11 +84,11 @@ def _rollout(model_path: Path, branch: bool) -> tuple[GroupRollout, GroupStorage
     prompts = PromptBuilder(models.tokenizer, "action", 768)
     algo = AlgoConfig(advantage="grpo", group_size=1, max_episode_turns=6, branch_actions=branch)
     width = branch_width(envs.envs) if branch else 0
-    brancher = Brancher(models.tokenizer, 2, width) if branch else None
+    brancher = Brancher(models.tokenizer) if branch else None
     rollout = GroupRollout(
         envs, sampler, prompts, algo=algo, seed=5, stride=2, env_id=TOY_ID, brancher=brancher
     )
-    storage = GroupStorage(6, 2 * (1 + width), 3, models.tokenizer.pad_token_id, 2)
+    storage = GroupStorage(6, 2, 3, models.tokenizer.pad_token_id, branch_width=width)
     return rollout, storage, brancher
 
 
@@ -99,6 +99,7 @@ def test_a_branched_batch_stores_every_offered_action_from_each_played_state(wor
         samples: list[dict] = []
         torch.manual_seed(0)
         metrics = rollout.collect(storage, samples=samples)
+        metrics.update(compute_advantages(storage, Config(algo=rollout.algo)))
         runs[branch] = (samples, storage, brancher, metrics)
     (plain, _, _, _), (samples, storage, brancher, metrics) = runs[False], runs[True]
     assert brancher is not None
@@ -111,7 +112,7 @@ def test_a_branched_batch_stores_every_offered_action_from_each_played_state(wor
     assert metrics["groups/branch_turns"] == 3 * float(played.sum())  # left, right, wait from every state
     won_by_a_branch = False
     for t, n in played.nonzero().tolist():
-        columns = [brancher.column(n, b) for b in range(3)]
+        columns = [storage.branch_column(n, b) for b in range(3)]
         assert all(bool(storage.active[t, c]) for c in columns)
         answers = [storage.responses[t, c, : int(storage.response_lens[t, c])].tolist() for c in columns]
         assert answers == [tokenizer.encode(a, add_special_tokens=False) for a in LINE]  # no end token
@@ -132,7 +133,7 @@ def test_a_branched_batch_stores_every_offered_action_from_each_played_state(wor
     for s in samples:
         if s["action_valid"]:
             t, n = s["turn"], s["env_index"]
-            tried = [float(storage.rewards[t, brancher.column(n, b)]) for b in range(3)]
+            tried = [float(storage.rewards[t, storage.branch_column(n, b)]) for b in range(3)]
             gains.append(s["reward"] - np.mean(tried))
             best.append(s["reward"] >= max(tried))
     assert gains and len(gains) < len(samples)  # the tiny model also answers garbage
@@ -158,7 +159,7 @@ def test_make_batches_gives_each_env_its_branch_columns(words_model_path: Path) 
     config.algo.group_size = 2
     rollout, storage = make_batches(config, envs, sampler, prompts, models.tokenizer.pad_token_id)
     assert isinstance(rollout, GroupRollout) and rollout.brancher is not None
-    assert storage.num_envs == 2 * (1 + 3) and rollout.brancher.columns([1]) == [5, 6, 7]
+    assert storage.num_envs == 2 * (1 + 3) and storage.branch_columns([1]) == [5, 6, 7]
     # the sampler-vs-learner gap is measured on sampled answers only: a branch was never sampled
     storage.response_mask[0, :, 0] = 1.0
     storage.old_logprobs[0, :, 0] = -1.0

@@ -10,8 +10,8 @@ import pytest
 import torch
 from toy_env import TOY_ID
 
+from verlog.config import load_config
 from verlog.models.tiny import build_tiny
-from verlog.ppo.config import load_config
 from verlog.ppo.trainer import Trainer
 from verlog.runkit.manifest import MANIFEST, CheckpointError, check, good_checkpoint, write_manifest
 

@@ -10,11 +10,11 @@ import pytest
 import torch
 from toy_env import TOY_ID
 
+from verlog.config import ConfigError, load_config
 from verlog.models.tiny import build_tiny
-from verlog.ppo.config import ConfigError, load_config
 from verlog.ppo.curriculum import Curriculum
 from verlog.ppo.trainer import Trainer
-from verlog.ppo.validate import validate
+from verlog.runkit.validate import validate
 
 
 def test_a_stage_advances_once_the_window_of_episodes_reaches_the_threshold() -> None:

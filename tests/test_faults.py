@@ -11,8 +11,10 @@ import pytest
 import torch
 from toy_env import TOY_ID
 
+from verlog.config import load_config
 from verlog.models.tiny import build_tiny
-from verlog.ppo.config import load_config
+from verlog.ppo import trainer as trainer_module
+from verlog.ppo.advantages import compute_advantages
 from verlog.ppo.trainer import Trainer
 from verlog.runkit.faults import Diverged
 
@@ -61,13 +63,13 @@ def test_updates_that_skip_every_step_are_said_and_stop_the_run(
         tmp_path, model_path, "run.total_updates=5", "ppo.max_skipped_updates=2", "watchdog.enabled=false"
     )
     storage = trainer.storage
-    compute_returns = storage.compute_returns
 
-    def poisoned(**kwargs: object) -> None:  # a fault: every advantage is NaN, so every loss is
-        compute_returns(**kwargs)
-        storage.advantages.fill_(float("nan"))
+    def poisoned(*args: object, **kwargs: object) -> dict[str, float]:  # a fault: every advantage is NaN
+        metrics = compute_advantages(*args, **kwargs)
+        storage.advantages.fill_(float("nan"))  # so every loss is
+        return metrics
 
-    monkeypatch.setattr(storage, "compute_returns", poisoned)
+    monkeypatch.setattr(trainer_module, "compute_advantages", poisoned)
     before = {k: v.clone() for k, v in trainer.actor.state_dict().items()}
     with pytest.raises(Diverged, match=r"^2 updates in a row skipped every optimiser step"):
         trainer.train()

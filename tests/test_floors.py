@@ -4,6 +4,7 @@ private members. A violation names the file and the import."""
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -19,13 +20,26 @@ FORBIDDEN = {
     "sampling": ("verlog.runkit", "verlog.ppo", "verlog.evaluation"),
     "runkit": ("verlog.ppo", "verlog.evaluation", "verlog.report"),
     "report": ("torch", "verlog.ppo", "verlog.evaluation"),
-    "evaluation": (
-        "verlog.runkit.checkpoint",
-        "verlog.runkit.logger",
-        "verlog.ppo.trainer",
-        "verlog.ppo.rollout",
+    # The validation panel is an evaluation the trainer calls: evaluation never imports the learner.
+    "evaluation": ("verlog.ppo", "verlog.runkit.checkpoint", "verlog.runkit.logger", "verlog.report"),
+    "ppo": ("verlog.report", "verlog.cli", "verlog.agents"),
+    # The configuration is read by the learner, the evaluation and the report alike: it imports none of them.
+    "config.py": (
+        "torch",
+        "verlog.models",
+        "verlog.sampling",
+        "verlog.runkit",
+        "verlog.ppo",
+        "verlog.evaluation",
+        "verlog.report",
     ),
 }
+
+#: The floors, lowest first: a floor imports only from floors before it (and the package root's modules).
+ORDER = ("envs", "models", "sampling", "runkit", "evaluation", "ppo", "report")
+
+#: The learner holds the algorithm and nothing else.
+MAX_PPO_MODULES = 12
 
 
 def _imports(path: Path) -> list[tuple[str, list[str]]]:
@@ -40,7 +54,7 @@ def _imports(path: Path) -> list[tuple[str, list[str]]]:
 
 
 def _modules(floor: str) -> list[Path]:
-    return sorted((SRC / floor).rglob("*.py"))
+    return [SRC / floor] if (SRC / floor).is_file() else sorted((SRC / floor).rglob("*.py"))
 
 
 @pytest.mark.parametrize("floor", sorted(FORBIDDEN))
@@ -51,6 +65,26 @@ def test_a_floor_never_imports_one_above_it(floor: str) -> None:
         for module, _ in _imports(path)
         if module.startswith(FORBIDDEN[floor])
     ]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_learner_is_at_most_a_dozen_modules() -> None:
+    modules = sorted(p.stem for p in (SRC / "ppo").rglob("*.py") if p.name != "__init__.py")
+    assert len(modules) <= MAX_PPO_MODULES, modules
+
+
+def test_no_floor_imports_a_floor_above_it() -> None:
+    """Every import counts here, lazy ones too: a floor leans only on the floors below it, so no two floors
+    lean on each other (no circle between floors, whatever the order a process loads them in)."""
+    bad = []
+    for rank, floor in enumerate(ORDER):
+        above = tuple(f"verlog.{name}" for name in ORDER[rank + 1 :])
+        bad += [
+            f"{path.relative_to(SRC)} imports {module}"
+            for path in _modules(floor)
+            for module, _ in _imports(path)
+            if module.startswith(above) and module.split(".")[1] in ORDER[rank + 1 :]
+        ]
     assert not bad, "\n".join(bad)
 
 
@@ -159,7 +193,7 @@ def test_the_run_folders_file_names_are_spelled_only_where_the_folder_is_describ
     (the learner, evaluation, report, entry points, benchmarks) names them through it. Docstrings may mention them."""
     names = {"config.toml", "metrics.jsonl", "samples.jsonl"}
     root = SRC.parents[1]
-    files = [*SRC.rglob("*.py"), *(root / "agents").glob("*.py"), *(root / "benchmarks").glob("*.py")]
+    files = [*SRC.rglob("*.py"), *(root / "agents").glob("*.py"), *(root / "benchmarks").rglob("*.py")]
     bad = []
     for path in sorted(files):
         if path == SRC / "runkit" / "folder.py":
@@ -186,4 +220,57 @@ def test_the_run_folders_file_names_are_spelled_only_where_the_folder_is_describ
             and isinstance(node.right, ast.Constant)
             and node.right.value == "checkpoints"
         ]
+    assert not bad, "\n".join(bad)
+
+
+#: The kinds of benchmark, each a package under benchmarks/ (issue 44.4).
+BENCHMARK_KINDS = ("speed", "probes", "demos")
+
+
+def test_benchmarks_are_grouped_by_kind_and_import_each_other_only_as_the_package() -> None:
+    """Every script sits in a kind's folder; what several need is in ``benchmarks/common.py``; a script reaches
+    another as ``benchmarks.<kind>.<name>``, never through ``sys.path`` or as a bare sibling module."""
+    bench = SRC.parents[1] / "benchmarks"
+    loose = sorted(p.name for p in bench.glob("*.py") if p.name not in ("__init__.py", "common.py"))
+    assert not loose, f"benchmark scripts outside {BENCHMARK_KINDS}: {loose}"
+    stems = {p.stem for p in bench.rglob("*.py")} - {"__init__"}
+    bad = []
+    for path in sorted(bench.rglob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        where = path.relative_to(bench.parent)
+        bad += [
+            f"{where}:{node.lineno} changes sys.path"
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute)
+            and node.attr == "path"
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "sys"
+        ]
+        bad += [
+            f"{where} imports {module} as a sibling"
+            for module, _ in _imports(path)
+            if module.split(".")[0] in stems
+        ]
+        if path.parent != bench and path.parent.name not in BENCHMARK_KINDS:
+            bad.append(f"{where} is in benchmarks/{path.parent.name}/, not a kind's folder")
+    assert not bad, "\n".join(bad)
+
+
+#: A function longer than this says why in its docstring (issue 44.3).
+MAX_FUNCTION_LINES = 80
+#: How a docstring says why its function is long: "... on purpose", "Its length is ...", "some 110 lines".
+_LENGTH_REASON = re.compile(r"on purpose|its length|\d+ lines", re.IGNORECASE)
+
+
+def test_a_function_over_80_lines_says_why_in_its_docstring() -> None:
+    root = SRC.parents[1]
+    files = [*SRC.rglob("*.py"), *(root / "agents").rglob("*.py"), *(root / "benchmarks").rglob("*.py")]
+    bad = [
+        f"{path.relative_to(root)}:{node.lineno} {node.name} has {node.end_lineno - node.lineno + 1} lines"
+        for path in sorted(files)
+        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
+        and not _LENGTH_REASON.search(ast.get_docstring(node) or "")
+    ]
     assert not bad, "\n".join(bad)

@@ -1,10 +1,10 @@
-"""benchmarks/gpu_check.py: its CPU smoke run takes every path the GPU run takes (the tiny preset, real
+"""benchmarks/speed/gpu_check.py: its CPU smoke run takes every path the GPU run takes (the tiny preset, real
 architectures with and without LoRA and a critic, FSDP2 under accelerate launch, the GPU-marked tests), so the
 script cannot rot between GPU loans; and the FLOP arithmetic behind its MFU."""
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
 import os
 import subprocess
@@ -16,10 +16,7 @@ import torch
 from torch import nn
 
 ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("gpu_flops", ROOT / "benchmarks" / "gpu_flops.py")
-flops = importlib.util.module_from_spec(_spec)
-sys.modules["gpu_flops"] = flops  # dataclasses look their module up there
-_spec.loader.exec_module(flops)
+flops = importlib.import_module("benchmarks.speed.gpu_flops")
 
 VARIANTS = ("full+critic", "full, critic-free", "lora+critic", "lora, critic-free")
 
@@ -66,7 +63,7 @@ def smoke(tmp_path_factory: pytest.TempPathFactory) -> dict:
     out = tmp_path_factory.mktemp("gpu-check")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--cpu-smoke", "--out", str(out)],
+        [sys.executable, "-m", "benchmarks.speed.gpu_check", "--cpu-smoke", "--out", str(out)],
         cwd=ROOT,
         env=env,
         capture_output=True,

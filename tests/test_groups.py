@@ -17,6 +17,7 @@ import torch
 from toy_env import TOY_ID
 
 import verlog
+from verlog.config import AlgoConfig, Config, ConfigError, load_config
 from verlog.envs.base import STATE_KEY
 from verlog.memory import MEMORIES, RAW_KEY, wrap_memory
 from verlog.models.loading import load_models
@@ -24,17 +25,19 @@ from verlog.models.prompts import PromptBuilder
 from verlog.models.tiny import build_tiny
 from verlog.ppo.advantages import (
     EPS,
+    ESTIMATORS,
     GroupAdvantages,
     center_by_action,
+    compute_advantages,
     discounted_returns,
     episode_advantages,
     group_advantages,
+    token_advantages,
 )
-from verlog.ppo.config import AlgoConfig, ConfigError, load_config
 from verlog.ppo.group_rollout import GroupRollout, anchor_of
 from verlog.ppo.storage import GroupStorage
 from verlog.ppo.trainer import Trainer
-from verlog.ppo.validate import anchor_problem, validate
+from verlog.runkit.validate import anchor_problem, validate
 from verlog.sampling import TransformersSampler
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -160,14 +163,14 @@ def test_centred_gigpo_keeps_only_what_depends_on_the_state() -> None:
 
 
 def test_storage_puts_the_turn_advantage_on_every_token_and_the_kl_return() -> None:
-    storage = GroupStorage(2, 2, 3, pad_id=0, num_minibatches=1)
+    storage = GroupStorage(2, 2, 3, pad_id=0)
     storage.put(0, 0, [5, 6, 7], [0.0] * 3, 0.0)
     storage.put(0, 1, [5], [0.0], 1.0)
     storage.put(1, 0, [5, 6], [0.0] * 2, 1.0)
     storage.turn_advantages[:] = torch.tensor([[2.0, -1.0], [3.0, 0.0]])
     storage.old_logprobs[0, 0] = torch.tensor([-1.0, -1.0, -1.0])  # KL estimate 1 per token against ref -2
     storage.ref_logprobs[0, 0] = torch.tensor([-2.0, -2.0, -2.0])
-    storage.compute_returns(kl_coef=0.1, token_gamma=1.0)
+    token_advantages(storage, kl_coef=0.1, token_gamma=1.0)
     assert storage.advantages[0, 0].tolist() == pytest.approx([2.0 - 0.3, 2.0 - 0.2, 2.0 - 0.1])
     assert storage.advantages[0, 1].tolist() == [-1.0, 0.0, 0.0]
     assert storage.advantages[1, 0].tolist() == [3.0, 3.0, 0.0]
@@ -248,7 +251,7 @@ def _rollout(
     sampler = TransformersSampler(models.actor, models.tokenizer, max_new_tokens=3)
     prompts = PromptBuilder(models.tokenizer, "action", 768)
     rollout = GroupRollout(envs, sampler, prompts, algo=algo, seed=seed, stride=2, env_id=env_id)
-    storage = GroupStorage(algo.max_episode_turns, 4, 3, models.tokenizer.pad_token_id, 2)
+    storage = GroupStorage(algo.max_episode_turns, 4, 3, models.tokenizer.pad_token_id)
     return rollout, storage
 
 
@@ -263,6 +266,7 @@ def test_group_members_start_in_the_same_state_and_runs_replay(model_path: Path)
         samples: list[dict] = []
         torch.manual_seed(0)
         metrics = rollout.collect(storage, samples=samples)
+        metrics.update(compute_advantages(storage, Config(algo=algo)))
         first = {s["env_index"]: s for s in samples if s["turn"] == 0}
         starts.append([storage.prompts[0][n] for n in range(4)])
         levels = [env.unwrapped.level for env in rollout.envs.envs]
@@ -312,6 +316,7 @@ def test_centring_takes_each_valid_action_s_batch_mean_off_its_turns_and_leaves_
         samples: list[dict] = []
         torch.manual_seed(0)
         metrics = rollout.collect(storage, samples=samples)
+        metrics.update(compute_advantages(storage, Config(algo=algo)))
         runs[centre] = (samples, storage.turn_advantages.clone(), metrics)
     (samples, plain, _), (same, centred, metrics) = runs[False], runs[True]
     assert [s["response"] for s in samples] == [s["response"] for s in same]
@@ -442,6 +447,7 @@ def test_dynamic_sampling_plays_groups_without_signal_again_and_leaves_the_rest_
     rollout, storage = _rollout(model_path, algo)
     torch.manual_seed(0)
     metrics = rollout.collect(storage)
+    compute_advantages(storage, Config(algo=algo))
     draws = rollout.batches
     assert 1 <= draws <= 3 and metrics["groups/resampled_groups"] >= draws - 1
     assert (draws > 1) == (metrics["groups/no_signal_share"] > 0)
@@ -450,3 +456,12 @@ def test_dynamic_sampling_plays_groups_without_signal_again_and_leaves_the_rest_
     assert metrics["groups/filtered_share"] == (2 - len(kept)) / 2
     assert kept == (signal or [0, 1])  # what has a signal is trained on; all of it when nothing has
     assert rollout.group_seeds()[0] == 3 + 2 * draws  # one fresh seed draw per attempt (stride 2)
+
+
+def test_every_configurable_estimator_is_registered_once() -> None:
+    """The config names the estimators; the learner's registry computes each of them, and nothing else."""
+    from verlog.config import ESTIMATOR_NAMES
+
+    assert sorted(ESTIMATORS) == sorted(ESTIMATOR_NAMES)
+    assert [name for name, e in ESTIMATORS.items() if e.anchors] == ["gigpo"]
+    assert [name for name, e in ESTIMATORS.items() if e.baseline == "loo"] == ["rloo"]

@@ -1,11 +1,11 @@
-"""benchmarks/learn.py's check: pooled success windows, their standard errors and the three-SE rule.
+"""benchmarks/demos/learn.py's check: pooled success windows, their standard errors and the three-SE rule.
 
 The check runs on metrics.jsonl records; the demonstration itself (`nox -s learn`) is the proof that the
 learner learns, these tests only make sure its arithmetic cannot pass a learner that does not."""
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
 import math
 import sys
@@ -14,10 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("learn_demo", ROOT / "benchmarks" / "learn.py")
-learn = importlib.util.module_from_spec(_spec)
-sys.modules["learn_demo"] = learn
-_spec.loader.exec_module(learn)
+learn = importlib.import_module("benchmarks.demos.learn")
 
 
 def _records(successes: list[tuple[float | None, float]]) -> list[dict]:
@@ -52,11 +49,7 @@ def test_three_standard_errors_of_the_difference_are_required() -> None:
 
 
 def _learn_real():
-    sys.path.insert(0, str(ROOT / "benchmarks"))  # it imports learn.py's helpers as a sibling module
-    spec = importlib.util.spec_from_file_location("learn_real_demo", ROOT / "benchmarks" / "learn_real.py")
-    real = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(real)
-    return real
+    return importlib.import_module("benchmarks.demos.learn_real")
 
 
 #: A random agent far below every trained figure below: the zero-shot rule alone decides there.
@@ -64,7 +57,7 @@ _FLOOR = {"success": 0.0, "success_se": 0.0, "invalid_action_rate": 0.0, "invali
 
 
 def test_the_real_model_verdict_needs_three_standard_errors_and_fewer_invalid_answers() -> None:
-    """benchmarks/learn_real.py's rule: success up by >= 3 SE of the difference, and the invalid rate down."""
+    """benchmarks/demos/learn_real.py's rule: success up by >= 3 SE of the difference, and the invalid rate down."""
     real = _learn_real()
     before = {"success": 0.10, "success_se": 0.03, "invalid_action_rate": 0.30, "invalid_se": 0.01}
     learned = {"success": 0.40, "success_se": 0.05, "invalid_action_rate": 0.10, "invalid_se": 0.01}
@@ -185,7 +178,7 @@ def test_a_results_file_is_judged_again_against_random(
 
 
 def test_the_tiny_demo_must_beat_the_initial_model_and_random() -> None:
-    """benchmarks/learn.py's evaluation rule: the trained model beats both by >= 3 SE of the difference."""
+    """benchmarks/demos/learn.py's evaluation rule: the trained model beats both by >= 3 SE of the difference."""
     initial = {"success": 0.10, "se": 0.03}
     random = {"success": 0.25, "se": 0.03}
     result = learn.judge_evaluation(
@@ -273,7 +266,7 @@ def test_the_real_model_results_keep_every_seed_and_rerunning_a_seed_replaces_it
 
 def test_the_real_model_judge_plays_the_panels_task() -> None:
     """With a curriculum training on easier stages, the judge and the zero-shot baseline play the panel's task."""
-    from verlog.ppo.config import load_config
+    from verlog.config import load_config
 
     real = _learn_real()
     goto = load_config(ROOT / "envs" / "learn_goto.toml")
@@ -287,10 +280,10 @@ def test_the_real_model_judge_plays_the_panels_task() -> None:
 def test_the_real_model_judge_decodes_as_the_panel_does() -> None:
     """Sampled at the training temperature by default; greedy (BALROG's leaderboard setting) with
     ``panel.greedy = true``, so the judged figures and the panel's curve are the same kind of number."""
-    from verlog.ppo.config import load_config
+    from verlog.config import load_config
 
     real = _learn_real()
-    config = load_config(ROOT / "envs" / "learn_babaisai_gigpo.toml")
+    config = load_config(ROOT / "benchmarks" / "demos" / "attempts" / "learn_babaisai_gigpo.toml")
     sampled = real.eval_command("m", config, Path("c.toml"), Path("out"), 64, 10_000, 32)
     assert "--sample" in sampled and sampled[sampled.index("--episodes") + 1] == "64"
     config.panel.greedy = True

@@ -1,14 +1,13 @@
-"""benchmarks/learn_crafter.py's judge: figures from an evaluation folder, and the rule that return and progression
+"""benchmarks/demos/learn_crafter.py's judge: figures from an evaluation folder, and the rule that return and progression
 must each beat the untrained model and random by three standard errors. The demonstration itself
 (`nox -s learn_crafter`) is the proof that the learner learns Crafter; these tests make sure its arithmetic
 cannot pass a learner that does not."""
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,13 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def judge():
-    sys.path.insert(0, str(ROOT / "benchmarks"))  # it imports learn.py's helpers as a sibling module
-    spec = importlib.util.spec_from_file_location(
-        "learn_crafter_demo", ROOT / "benchmarks" / "learn_crafter.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module("benchmarks.demos.learn_crafter")
 
 
 def _episode(ret: float, achievements: list[str], length: int, invalid: int = 0) -> dict:
@@ -69,8 +62,8 @@ def test_a_seed_passes_only_above_both_baselines_on_both_figures(judge) -> None:
 
 def test_every_variant_is_a_valid_preset_override(judge) -> None:
     """Each ablation variant's overrides load and validate against the demonstration's preset."""
-    from verlog.ppo.config import load_config
-    from verlog.ppo.validate import validate
+    from verlog.config import load_config
+    from verlog.runkit.validate import validate
 
     for variant, overrides in judge.VARIANTS.items():
         config = load_config(ROOT / "envs" / "learn_crafter.toml", overrides)
@@ -92,10 +85,7 @@ def test_rerunning_a_cell_keeps_the_old_entry_under_earlier_runs(judge, tmp_path
 
 
 def test_long_run_health_flags_growing_memory_and_sums_the_counters() -> None:
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    spec = importlib.util.spec_from_file_location("long_run_check", ROOT / "benchmarks" / "long_run.py")
-    long_run = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(long_run)
+    long_run = importlib.import_module("benchmarks.probes.long_run")
 
     def records(mb: list[float]) -> list[dict]:
         return [{"update": i + 1, "global_step": 512 * (i + 1), "sys/rss_mb": m, "time/total": 36.0,

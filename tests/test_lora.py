@@ -10,13 +10,13 @@ import pytest
 import torch
 from toy_env import TOY_ID
 
+from verlog.config import ConfigError, load_config
 from verlog.models.loading import AdapterDisabled, LoraSpec, load_models
 from verlog.models.tiny import build_tiny
 from verlog.models.weights import export_pretrained
-from verlog.ppo.config import ConfigError, load_config
 from verlog.ppo.forward import actor_logprobs, collate, critic_values
 from verlog.ppo.trainer import Trainer
-from verlog.ppo.validate import validate
+from verlog.runkit.validate import validate
 
 pytest.importorskip("peft", reason="the train extra's peft is not installed")
 

@@ -10,11 +10,11 @@ import pytest
 import torch
 from toy_env import TOY_ID
 
+from verlog.config import ConfigError, load_config
 from verlog.models.loading import decoder_layers, load_actor, load_critic
 from verlog.models.tiny import build_tiny
-from verlog.ppo.config import ConfigError, load_config
 from verlog.ppo.trainer import Trainer
-from verlog.ppo.validate import validate
+from verlog.runkit.validate import validate
 
 
 @pytest.fixture(scope="module")

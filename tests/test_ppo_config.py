@@ -7,11 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from verlog.ppo.config import Config, ConfigError, describe, load_config
-from verlog.ppo.validate import problems, validate
+from verlog.config import Config, ConfigError, describe, load_config
+from verlog.runkit.validate import problems, validate
 
 ROOT = Path(__file__).resolve().parents[1]
-PRESETS = sorted((ROOT / "envs").glob("*.toml"))
+#: The presets, and the past attempts' configs (outside envs/, still loadable: the docs say how to rerun them).
+PRESETS = sorted((ROOT / "envs").glob("*.toml")) + sorted(
+    (ROOT / "benchmarks" / "demos" / "attempts").glob("*.toml")
+)
 
 
 def _ppo_script():

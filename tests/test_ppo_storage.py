@@ -1,11 +1,12 @@
-"""TurnStorage: insert, after_update, returns (terminated vs truncated), whitening, token-budget minibatches."""
+"""TurnStorage: insert, after_update, GAE over it (terminated vs truncated), whitening, token-budget minibatches."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from verlog.ppo.storage import TurnStorage, pack_by_tokens, whiten
+from verlog.ppo.advantages import gae_advantages, whiten
+from verlog.ppo.storage import TurnStorage, pack_by_tokens
 
 PAD = 0
 
@@ -84,7 +85,7 @@ def test_returns_bootstrap_truncations_and_stop_at_terminations() -> None:
     storage.values[:2] = storage.token_values[:, :, 0]
     storage.values[2] = 10.0  # bootstrap state after turn 1
     storage.truncated_values[0, 2] = 8.0
-    storage.compute_returns(turn_gamma=0.5, turn_lam=1.0, token_gamma=1.0, token_lam=1.0)
+    gae_advantages(storage, turn_gamma=0.5, turn_lam=1.0, token_gamma=1.0, token_lam=1.0)
     ret = storage.returns[:, :, 0]
     assert ret[1].tolist() == [2 + 0.5 * 10] * 3
     assert ret[0, 0].item() == pytest.approx(1 + 0.5 * (2 + 0.5 * 10))  # the episode goes on
@@ -107,13 +108,13 @@ def test_without_window_bootstrap_a_running_episode_is_cut_at_the_batch_end() ->
     storage.insert([[1]] * 2, [[5]] * 2, [[0.0]] * 2, [2.0, 2.0], [0, 0], [0, 1], {1: [7]})
     storage.values[2] = 10.0
     storage.truncated_values[1, 1] = 8.0
-    storage.compute_returns(
-        turn_gamma=0.5, turn_lam=1.0, token_gamma=1.0, token_lam=1.0, window_bootstrap=False
+    gae_advantages(
+        storage, turn_gamma=0.5, turn_lam=1.0, token_gamma=1.0, token_lam=1.0, window_bootstrap=False
     )
     ret = storage.returns[:, :, 0]
     assert ret[1].tolist() == pytest.approx([2.0, 2 + 0.5 * 8])  # cut at the edge; truncation still valued
     assert ret[0].tolist() == pytest.approx([1 + 0.5 * 2.0, 1 + 0.5 * (2 + 0.5 * 8)])
-    storage.compute_returns(turn_gamma=0.5, turn_lam=1.0, token_gamma=1.0, token_lam=1.0)
+    gae_advantages(storage, turn_gamma=0.5, turn_lam=1.0, token_gamma=1.0, token_lam=1.0)
     assert storage.returns[1, 0, 0].item() == pytest.approx(2 + 0.5 * 10)  # the default bootstraps
 
 
@@ -123,7 +124,7 @@ def test_kl_penalty_enters_the_returns() -> None:
     storage.insert([[1]], [[5, 6]], [[0.0, 0.0]], [1.0], [1], [0])
     storage.old_logprobs[0, 0, :2] = torch.tensor([-1.0, -1.0])
     storage.ref_logprobs[0, 0, :2] = torch.tensor([-2.0, -3.0])  # KL per token 1 and 2
-    storage.compute_returns(turn_gamma=1.0, turn_lam=1.0, token_gamma=1.0, token_lam=1.0, kl_coef=0.1)
+    gae_advantages(storage, turn_gamma=1.0, turn_lam=1.0, token_gamma=1.0, token_lam=1.0, kl_coef=0.1)
     assert storage.returns[0, 0].tolist() == pytest.approx([1 - 0.1 * 3, 1 - 0.1 * 2, 0.0])
 
 
@@ -151,7 +152,7 @@ def test_minibatches_cover_every_turn_once_within_the_budget() -> None:
     rlen = torch.randint(1, 7, (T, N), generator=gen).tolist()
     _fill(storage, plen, rlen)
     seen = []
-    for minibatch in storage.minibatches(minibatch_size=4, max_tokens=40, generator=gen):
+    for minibatch in storage.minibatches(num_minibatches=3, max_tokens=40, generator=gen):
         assert sum(len(mb.rows) for mb in minibatch) == 4
         for mb in minibatch:
             batch = mb.batch
@@ -167,7 +168,7 @@ def test_minibatches_cover_every_turn_once_within_the_budget() -> None:
                 assert batch.position_ids[i][real].tolist() == list(range(plen[t][n] + rlen[t][n]))
             seen += mb.rows
     assert sorted(seen) == storage.rows()
-    subset = [mb.rows for m in storage.minibatches(4, 1000, limit=8) for mb in m]
+    subset = [mb.rows for m in storage.minibatches(2, 1000, limit=8) for mb in m]
     assert sum(len(r) for r in subset) == 8
     with pytest.raises(ValueError, match="do not divide"):
-        next(storage.minibatches(5, 100))
+        next(storage.minibatches(13, 100))

@@ -15,10 +15,10 @@ import torch
 from toy_env import TOY_ID, LineEnv
 
 import verlog
+from verlog.config import load_config
 from verlog.models.loading import load_models
 from verlog.models.prompts import PromptBuilder
 from verlog.models.tiny import build_tiny
-from verlog.ppo.config import load_config
 from verlog.ppo.rollout import Rollout
 from verlog.ppo.storage import TurnStorage
 from verlog.ppo.trainer import Trainer

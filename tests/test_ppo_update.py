@@ -10,9 +10,10 @@ import torch
 from accelerate import Accelerator
 from toy_env import TOY_ID
 
+from verlog.config import PPOConfig
 from verlog.models.loading import load_models
 from verlog.models.tiny import build_tiny
-from verlog.ppo.config import PPOConfig
+from verlog.ppo.advantages import gae_advantages
 from verlog.ppo.forward import actor_logprobs
 from verlog.ppo.rollout import score
 from verlog.ppo.storage import TurnStorage
@@ -69,12 +70,13 @@ def _storage(models, parts, turns: int = 2, envs: int = 2) -> TurnStorage:
         max_tokens=256,
         device="cpu",
     )
-    storage.compute_returns(turn_gamma=0.99, turn_lam=0.95, token_gamma=1.0, token_lam=1.0)
+    gae_advantages(storage, turn_gamma=0.99, turn_lam=0.95, token_gamma=1.0, token_lam=1.0)
     return storage
 
 
 def _update(storage, parts, accelerator, **kwargs):
     config = PPOConfig(**{"entropy_coef": 0.0, **kwargs.pop("config", {})})
+    kwargs["num_minibatches"] = len(storage.rows()) // kwargs.pop("minibatch_size")
     return ppo_update(storage, **parts, accelerator=accelerator, config=config, **kwargs)
 
 

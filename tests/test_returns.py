@@ -12,8 +12,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from verlog.ppo.advantages import discounted_reverse_cumsum, dual_discount_gae
-from verlog.ppo.gae_reference import dual_discount_gae_loop
+from verlog.ppo.gae import discounted_reverse_cumsum, dual_discount_gae, dual_discount_gae_loop
 
 IMPLEMENTATIONS = [dual_discount_gae, dual_discount_gae_loop]
 

@@ -1,20 +1,16 @@
-"""benchmarks/sweep.py: grid expansion, final metrics, the table over fake run folders, and one real tiny run."""
+"""benchmarks/probes/sweep.py: grid expansion, final metrics, the table over fake run folders, and one real tiny run."""
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("sweep", ROOT / "benchmarks" / "sweep.py")
-sweep = importlib.util.module_from_spec(_spec)
-sys.modules["sweep"] = sweep  # dataclasses look their module up while the class is made
-_spec.loader.exec_module(sweep)
+sweep = importlib.import_module("benchmarks.probes.sweep")
 
 
 def test_values_split_at_top_level_commas_only() -> None:

@@ -9,11 +9,11 @@ import pytest
 import torch
 from toy_env import TOY_ID
 
+from verlog.config import ConfigError, load_config
 from verlog.models.tiny import build_tiny
-from verlog.ppo.config import ConfigError, load_config
 from verlog.ppo.trainer import Trainer
-from verlog.ppo.validate import validate
 from verlog.runkit.folder import latest_checkpoint
+from verlog.runkit.validate import validate
 
 
 def _config(out: Path, model: Path, *overrides: str):

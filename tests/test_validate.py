@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from toy_env import TOY_ID
 
-from verlog.ppo.config import ConfigError, load_config
-from verlog.ppo.validate import validate
+from verlog.config import ConfigError, load_config
+from verlog.runkit.validate import validate
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -10,12 +10,12 @@ import re
 import pytest
 import torch
 
+from verlog.config import ConfigError, load_config
 from verlog.models.loading import load_tokenizer
 from verlog.models.tiny import build_tiny
 from verlog.models.weights import full_weights
-from verlog.ppo.config import ConfigError, load_config
 from verlog.ppo.forward import actor_logprobs, collate
-from verlog.ppo.validate import validate
+from verlog.runkit.validate import validate
 from verlog.sampling import SamplerError, TransformersSampler, select_backend, vllm_unavailable
 from verlog.sampling.base import AUTO_CPU_MIN_BYTES
 

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from verlog.ppo.config import WatchdogConfig, load_config
-from verlog.ppo.panel import own_random_stream
+from verlog.config import WatchdogConfig, load_config
+from verlog.evaluation.panel import own_random_stream
 from verlog.ppo.trainer import Trainer
-from verlog.ppo.validate import validate
-from verlog.ppo.watchdog import Collapsed, Watchdog
+from verlog.runkit.validate import validate
+from verlog.runkit.watchdog import Collapsed, Watchdog
 
 ROOT = Path(__file__).resolve().parents[1]
 

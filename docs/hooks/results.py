@@ -11,8 +11,8 @@ and ``tests/test_docs.py`` fails when it differs from what the files say.
 
 A demonstration is one line of :data:`DEMONSTRATIONS` (its results file and title). A file holds a ``seeds``
 list (and ``earlier_runs``, the runs a rerun replaced); each entry has ``seed``, ``passed``, and a before and an
-after block: ``zero_shot``/``trained`` (``benchmarks/learn_real.py``), ``initial``/``trained``,
-``untrained``/``trained`` (``benchmarks/learn_crafter.py``) or ``before``/``after``; a ``random`` block beside them
+after block: ``zero_shot``/``trained`` (``benchmarks/demos/learn_real.py``), ``initial``/``trained``,
+``untrained``/``trained`` (``benchmarks/demos/learn_crafter.py``) or ``before``/``after``; a ``random`` block beside them
 is random's figure on the same episodes. A block's figure is its ``success`` (a fraction), else its
 ``progression`` (a fraction) or ``return``, each with ``<name>_se`` (or ``se``). A field that is missing leaves
 its cell empty.
@@ -106,7 +106,7 @@ def before_after(entry: Mapping[str, Any]) -> tuple[Mapping[str, Any] | None, Ma
 
 def seeds(data: Mapping[str, Any], *, earlier: bool = False) -> list[dict[str, Any]]:
     """A results file's per-seed entries (the tiny demo's single run as one), earlier runs too if asked."""
-    if "seeds" not in data:  # benchmarks/learn.py: one run, evaluated before and after
+    if "seeds" not in data:  # benchmarks/demos/learn.py: one run, evaluated before and after
         evaluation = data.get("evaluation", {})
 
         def rate(block: Mapping[str, Any] | None) -> Mapping[str, Any] | None:  # verlog eval's percent

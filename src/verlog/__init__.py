@@ -8,9 +8,13 @@ The floors, lowest first (a module imports only from its own floor or below; ``t
 - ``models/`` and ``sampling/``: where models come from and how they load; samplers (transformers, vLLM, API);
 - ``runkit/``: a run's files and processes -- the run folder, checkpoints, sampled turns, the logger, launch,
   fault stops, process setup;
-- ``ppo/``: the learner, the algorithm and nothing else -- config and validation, rollout, storage,
-  advantages, forward passes, update, trainer;
-- ``evaluation/`` (``verlog eval``), ``report/`` (``verlog report``), ``cli.py``: the commands.
+- ``config.py``: the configuration dataclasses, beside ``tomlconfig.py``: the learner, the evaluation and the
+  report read them without importing each other;
+- ``evaluation/`` (``verlog eval`` and the validation panel the trainer plays): models and samplers, not the
+  learner;
+- ``ppo/``: the learner, the algorithm and nothing else -- rollout, storage, advantages, forward passes,
+  update, the models it builds, trainer;
+- ``report/`` (``verlog report``), ``cli.py``: the commands.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Sectioned dataclass configurations read from TOML and overridden by ``section.key=value`` arguments.
 
 Generic over the root dataclass (a dataclass whose fields are dataclasses, one per TOML table), so the
-learner's :class:`verlog.ppo.config.Config` keeps only its fields and its own checks. Types are checked
+learner's :class:`verlog.config.Config` keeps only its fields and its own checks. Types are checked
 against the type hints, an unknown key is a one-line error naming the closest valid ones, and the attribute
 docstrings (the string right after each field) are the help text.
 """

@@ -9,12 +9,13 @@ learner's :class:`~verlog.models.prompts.PromptBuilder` and :class:`~verlog.samp
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
+from verlog.config import Config, PromptConfig, SamplingConfig
 from verlog.runkit.folder import (
     CHECKPOINTS,
     best_checkpoint,
@@ -233,25 +234,37 @@ def resolve_model(spec: str) -> ModelSource:
 
 @dataclass
 class ModelSettings:
-    """How a model is prompted and decoded (the learner's ``prompt`` and ``sampling`` sections)."""
+    """How a model is prompted and decoded: the learner's own ``prompt`` and ``sampling`` sections (a run's
+    ``config.toml`` or the defaults, not copied field by field), the model's dtype, and what ``verlog eval``
+    adds (greedy or sampled answers, the device, the seed of sampled runs)."""
 
-    style: str = "short"
-    examples: int = 1
-    format: str = "action"
-    format_request: str = ""
-    max_prompt_tokens: int = 1024
-    max_response_tokens: int = 64
-    greedy: bool = True
-    temperature: float = 1.0
-    top_p: float = 1.0
-    batch_size: int = 0
+    prompt: PromptConfig = field(default_factory=PromptConfig)
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
     dtype: str = "float32"
+    greedy: bool = True
     device: str = "auto"
     seed: int = 0
-    backend: str = "auto"  # sampling.backend: auto, transformers or vllm
-    vllm_cpu_kvcache_gib: float = 1.0
-    vllm_enforce_eager: bool = True
-    vllm_gpu_memory_utilization: float = 0.3
+
+    @classmethod
+    def of(cls, config: Config, *, greedy: bool, device: str, seed: int) -> ModelSettings:
+        """The settings of a learner's configuration."""
+        return cls(config.prompt, config.sampling, config.model.dtype, greedy, device, seed)
+
+    def identity(self, agent: str, model: str, **more: Any) -> dict[str, Any]:
+        """What makes two runs of a model agent play the same episodes the same way (checked on resume)."""
+        p, s = self.prompt, self.sampling
+        decoding = {"greedy": True} if self.greedy else {"temperature": s.temperature, "top_p": s.top_p}
+        return {
+            "agent": agent,
+            "model": model,
+            "style": p.style,
+            "examples": p.examples,
+            "format": p.format,
+            "format_request": p.format_request,
+            "max_response_tokens": p.max_response_tokens,
+            **more,
+            **decoding,
+        }
 
 
 class ModelAgent:
@@ -272,7 +285,9 @@ class ModelAgent:
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
         try:
-            self.backend, self.backend_reason = select_backend(settings.backend, device, source.model_path)
+            self.backend, self.backend_reason = select_backend(
+                settings.sampling.backend, device, source.model_path
+            )
             tokenizer = load_tokenizer(source.model_path)
             model = None if self.backend == "vllm" else load_actor(source.model_path, dtype=settings.dtype)
         except SamplerError as error:
@@ -290,10 +305,10 @@ class ModelAgent:
             self.sampler = TransformersSampler(
                 self.model,
                 tokenizer,
-                max_new_tokens=settings.max_response_tokens,
-                temperature=settings.temperature,
-                top_p=settings.top_p,
-                batch_size=settings.batch_size,
+                max_new_tokens=settings.prompt.max_response_tokens,
+                temperature=settings.sampling.temperature,
+                top_p=settings.sampling.top_p,
+                batch_size=settings.sampling.batch_size,
             )
         if not settings.greedy:
             torch.manual_seed(settings.seed)  # sampled runs repeat for the same settings and schedule
@@ -302,20 +317,14 @@ class ModelAgent:
 
     def identity(self) -> dict[str, Any]:
         s = self.settings
-        decoding = {"greedy": True} if s.greedy else {"temperature": s.temperature, "top_p": s.top_p}
-        return {
-            "agent": "model",
-            "model": self.source.model_path,
-            "style": s.style,
-            "examples": s.examples,
-            "format": s.format,
-            "format_request": s.format_request,
-            "max_prompt_tokens": s.max_prompt_tokens,
-            "max_response_tokens": s.max_response_tokens,
-            "dtype": s.dtype,
-            **decoding,
-            **({"sampler": "vllm"} if self.backend == "vllm" else {}),
-        }
+        sampler = {"sampler": "vllm"} if self.backend == "vllm" else {}
+        return s.identity(
+            "model",
+            self.source.model_path,
+            max_prompt_tokens=s.prompt.max_prompt_tokens,
+            dtype=s.dtype,
+            **sampler,
+        )
 
     def _vllm(self, device: str) -> Any:
         """A vLLM engine holding the checkpoint's weights (nothing is pushed: evaluation does not train)."""
@@ -328,15 +337,15 @@ class ModelAgent:
                 self.source.model_path,
                 self.tokenizer,
                 None,
-                max_new_tokens=s.max_response_tokens,
-                max_model_len=s.max_prompt_tokens + s.max_response_tokens,
-                temperature=s.temperature,
-                top_p=s.top_p,
+                max_new_tokens=s.prompt.max_response_tokens,
+                max_model_len=s.prompt.max_prompt_tokens + s.prompt.max_response_tokens,
+                temperature=s.sampling.temperature,
+                top_p=s.sampling.top_p,
                 device=device,
-                gpu_memory_utilization=s.vllm_gpu_memory_utilization,
+                gpu_memory_utilization=s.sampling.vllm_gpu_memory_utilization,
                 sleep_level=0,
-                cpu_kvcache_gib=s.vllm_cpu_kvcache_gib,
-                enforce_eager=s.vllm_enforce_eager,
+                cpu_kvcache_gib=s.sampling.vllm_cpu_kvcache_gib,
+                enforce_eager=s.sampling.vllm_enforce_eager,
                 seed=s.seed,
                 dtype=s.dtype,
             )
@@ -360,7 +369,7 @@ class ModelAgent:
         from verlog.models.prompts import prompt_builder
 
         if task not in self.builders:
-            self.builders[task] = prompt_builder(self.tokenizer, self.settings, task)
+            self.builders[task] = prompt_builder(self.tokenizer, self.settings.prompt, task)
         return self.builders[task]
 
 
@@ -388,18 +397,7 @@ class ApiAgent:
         self.turns = 0
 
     def identity(self) -> dict[str, Any]:
-        s = self.settings
-        decoding = {"greedy": True} if s.greedy else {"temperature": s.temperature, "top_p": s.top_p}
-        return {
-            "agent": "api",
-            "model": self.api.model,
-            "style": s.style,
-            "examples": s.examples,
-            "format": s.format,
-            "format_request": s.format_request,
-            "max_response_tokens": s.max_response_tokens,
-            **decoding,
-        }
+        return self.settings.identity("api", self.api.model)
 
     def start(self, key: str, seed: int, env: Any | None) -> None:
         del key, seed, env
@@ -410,14 +408,14 @@ class ApiAgent:
         chats = []
         for turn in turns:
             if turn.task not in self.builders:
-                self.builders[turn.task] = prompt_builder(None, self.settings, turn.task)
+                self.builders[turn.task] = prompt_builder(None, self.settings.prompt, turn.task)
             chats.append(self.builders[turn.task].messages(PromptContext.of(turn.info), turn.observation))
         s = self.settings
         answers = self.client.complete(
             chats,
-            max_tokens=s.max_response_tokens,
-            temperature=0.0 if s.greedy else s.temperature,
-            top_p=1.0 if s.greedy else s.top_p,
+            max_tokens=s.prompt.max_response_tokens,
+            temperature=0.0 if s.greedy else s.sampling.temperature,
+            top_p=1.0 if s.greedy else s.sampling.top_p,
             seed=None if s.greedy else s.seed,
         )
         self.turns += len(turns)

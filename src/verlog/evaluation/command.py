@@ -87,6 +87,9 @@ def evaluate(
     (:class:`verlog.sampling.api.ApiSettings`) it is the model a chat server serves; a request that keeps
     failing is appended to ``failures.jsonl`` and ends the run with an :class:`EvalError` (finished episodes
     are kept: the same command resumes).
+
+    Its length is its signature's: one keyword argument per ``verlog eval`` option, passed on as they are; the
+    work is in :func:`_make_agent`, :func:`_play_episodes` and :func:`_scores`.
     """
     the_suite = resolve_suite(suite)
     counts = the_suite.episodes(episodes)
@@ -128,8 +131,64 @@ def evaluate(
     attach_run_log(folder)  # the libraries' notices (model loading, the engine) go there while quiet
     (folder / SETTINGS_FILE).write_text(json.dumps(settings, indent=2) + "\n")
 
-    todo = len(wanted) - len(done)
-    with _progress(progress, todo, len(done)) as advance:
+    played = _play_episodes(
+        player,
+        the_suite,
+        counts,
+        seed,
+        env,
+        done,
+        log,
+        records,
+        total=len(wanted),
+        progress=progress,
+        samples=samples_per_family,
+    )
+    summary = {
+        "date": output.now(),
+        "machine": output.machine(),
+        "suite": the_suite.name,
+        "episodes_per_task": n,
+        "seed": seed,
+        **settings,
+        "played_now": played,
+        "resumed": len(done),
+        "elapsed_s": time.perf_counter() - started,
+        **_scores(the_suite, records, wanted),
+    }
+    if not output.can_plot():
+        notes.append(f"matplotlib is not installed: {output.PLOT_FILE} not drawn (pip install matplotlib)")
+    if notes:
+        summary["notes"] = notes
+    if isinstance(player, OracleAgent):
+        summary["oracle_unsolved_now"] = sorted(player.unsolved)
+        summary["oracle_not_shortest_now"] = sorted(player.not_shortest)
+    if isinstance(player, ModelAgent) and player.turns:
+        summary["mean_response_tokens_now"] = player.generated_tokens / player.turns
+    output.write(summary, folder)
+    summary["out"] = str(folder)
+    return summary
+
+
+def _play_episodes(
+    player: Agent,
+    the_suite: Any,
+    counts: dict[str, int],
+    seed: int,
+    env: EnvSettings,
+    done: set[tuple[str, int]],
+    log: EpisodeLog,
+    records: list[dict[str, Any]],
+    *,
+    total: int,
+    progress: bool,
+    samples: int,
+) -> int:
+    """Play the episodes not ``done``, each record appended to ``log`` and ``records`` as it ends, and a few
+    turns per task (``samples``) to ``samples.jsonl``; return how many were played. A chat server that keeps
+    failing is noted in ``failures.jsonl`` and stops the evaluation (the episodes played are kept)."""
+    folder = log.path.parent
+    with output.EpisodeProgress(progress, total - len(done), len(done)) as advance:
 
         def keep(record: dict[str, Any]) -> None:
             log.append(record)
@@ -146,41 +205,23 @@ def evaluate(
                 {"date": output.now(), "error": str(error), "episodes_kept": len(records)}
             )
             raise EvalError(f"{error} [{len(records)} episodes kept in {folder}]") from error
-    if samples_per_family and turns:  # a few turns per task, to read what the agent said and did
-        picked = pick_turns(turns, samples_per_family, seed)
+    if samples and turns:  # a few turns per task, to read what the agent said and did
+        picked = pick_turns(turns, samples, seed)
         with SampleWriter(folder) as writer:
             writer.write_many(TurnSample(update=0, global_step=0, source="eval", **t) for t in picked)
+    return played
 
+
+def _scores(the_suite: Any, records: list[dict[str, Any]], wanted: set[tuple[str, int]]) -> dict[str, Any]:
+    """BALROG's scores over the wanted episodes, one record each (the first record of an episode wins: a
+    duplicate can only repeat it), in the suite's order."""
     kept: dict[tuple[str, int], dict[str, Any]] = {}
-    for record in records:  # the first record of an episode wins (a duplicate can only repeat it)
+    for record in records:
         key = (record["task"], record["seed"])
         if key in wanted and key not in kept:
             kept[key] = record
     ordered = sorted(kept.values(), key=lambda r: (the_suite.tasks.index(r["task"]), r["episode"]))
-    summary = {
-        "date": output.now(),
-        "machine": output.machine(),
-        "suite": the_suite.name,
-        "episodes_per_task": n,
-        "seed": seed,
-        **settings,
-        "played_now": played,
-        "resumed": len(done),
-        "elapsed_s": time.perf_counter() - started,
-        **summarize(ordered, the_suite.tasks, {task: game_of(task) for task in the_suite.tasks}),
-    }
-    if not output.can_plot():
-        notes.append(f"matplotlib is not installed: {output.PLOT_FILE} not drawn (pip install matplotlib)")
-    if notes:
-        summary["notes"] = notes
-    if isinstance(player, OracleAgent):
-        summary["oracle_unsolved_now"] = sorted(player.unsolved)
-        summary["oracle_not_shortest_now"] = sorted(player.not_shortest)
-    if isinstance(player, ModelAgent) and player.turns:
-        summary["mean_response_tokens_now"] = player.generated_tokens / player.turns
-    output.write(summary, folder)
-    summary["out"] = str(folder)
-    return summary
+    return summarize(ordered, the_suite.tasks, {task: game_of(task) for task in the_suite.tasks})
 
 
 def _kwargs_notes(agent: str, learner: Any, tasks: Sequence[str], env_kwargs: dict[str, Any]) -> list[str]:
@@ -220,7 +261,7 @@ def _make_agent(
     api: Any = None,
 ) -> tuple[Agent, Any]:
     """The agent, and the learner's configuration its prompts and memory come from."""
-    from verlog.ppo.config import ConfigError, load_config
+    from verlog.config import ConfigError, load_config
 
     source = None
     if spec not in BASELINES and api is None:
@@ -238,25 +279,7 @@ def _make_agent(
         if others:
             raise EvalError(f"the oracle is BabaIsAI's solver; the suite also holds {', '.join(others)}")
         return OracleAgent(), learner
-    settings = ModelSettings(
-        style=learner.prompt.style,
-        examples=learner.prompt.examples,
-        format=learner.prompt.format,
-        format_request=learner.prompt.format_request,
-        max_prompt_tokens=learner.prompt.max_prompt_tokens,
-        max_response_tokens=learner.prompt.max_response_tokens,
-        greedy=not sample,
-        temperature=learner.sampling.temperature,
-        top_p=learner.sampling.top_p,
-        batch_size=learner.sampling.batch_size,
-        dtype=learner.model.dtype,
-        device=device,
-        seed=seed,
-        backend=learner.sampling.backend,
-        vllm_cpu_kvcache_gib=learner.sampling.vllm_cpu_kvcache_gib,
-        vllm_enforce_eager=learner.sampling.vllm_enforce_eager,
-        vllm_gpu_memory_utilization=learner.sampling.vllm_gpu_memory_utilization,
-    )
+    settings = ModelSettings.of(learner, greedy=not sample, device=device, seed=seed)
     if api is not None:
         return ApiAgent(api, settings), learner
     assert source is not None
@@ -292,30 +315,6 @@ def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             out[prefix + key] = value
     return out
-
-
-class _progress:
-    """A rich progress bar over episodes (or nothing), as a context manager that yields ``advance()``."""
-
-    def __init__(self, show: bool, todo: int, done: int) -> None:
-        self.show, self.todo, self.done = show, todo, done
-        self.bar: Any = None
-
-    def __enter__(self) -> Any:
-        if not self.show or not self.todo:
-            return lambda: None
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-        self.bar = Progress(
-            TextColumn("[bold]eval"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), transient=True
-        )
-        self.bar.start()
-        task = self.bar.add_task("episodes", total=self.todo + self.done, completed=self.done)
-        return lambda: self.bar.advance(task)
-
-    def __exit__(self, *exc: object) -> None:
-        if self.bar is not None:
-            self.bar.stop()
 
 
 # ------------------------------------------------------------------------------------------------ the CLI

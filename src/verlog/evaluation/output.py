@@ -13,7 +13,17 @@ from typing import Any
 
 from verlog.evaluation.suites import short_name
 
-__all__ = ["PLOT_FILE", "SUMMARY_FILE", "TABLE_FILE", "console_table", "machine", "markdown", "plot", "write"]
+__all__ = [
+    "PLOT_FILE",
+    "SUMMARY_FILE",
+    "TABLE_FILE",
+    "EpisodeProgress",
+    "console_table",
+    "machine",
+    "markdown",
+    "plot",
+    "write",
+]
 
 SUMMARY_FILE = "summary.json"
 TABLE_FILE = "results.md"
@@ -206,3 +216,27 @@ def console_table(summary: dict[str, Any]) -> Any:
         "[bold]overall[/bold]", "", f"[bold]{_pm(total['score'], total['score_se'])}[/bold]", "", "", ""
     )
     return table
+
+
+class EpisodeProgress:
+    """A rich progress bar over episodes (or nothing), as a context manager that yields ``advance()``."""
+
+    def __init__(self, show: bool, todo: int, done: int) -> None:
+        self.show, self.todo, self.done = show, todo, done
+        self.bar: Any = None
+
+    def __enter__(self) -> Any:
+        if not self.show or not self.todo:
+            return lambda: None
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self.bar = Progress(
+            TextColumn("[bold]eval"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), transient=True
+        )
+        self.bar.start()
+        task = self.bar.add_task("episodes", total=self.todo + self.done, completed=self.done)
+        return lambda: self.bar.advance(task)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.stop()

@@ -75,7 +75,7 @@ def gguf_folder(gguf_file: str | Path) -> Path:
 
 
 def resolve_model_path(model: Any, env: Any) -> str:
-    """The folder (or hub id) to load for a :class:`verlog.ppo.config.ModelConfig`, building it if asked.
+    """The folder (or hub id) to load for a :class:`verlog.config.ModelConfig`, building it if asked.
 
     Call it on one process and broadcast the result (it may write ``runs/models/``).
     """

@@ -1,45 +1,19 @@
-r"""Every ``algo.advantage`` estimator, behind one switch: PPO's dual-discount GAE and the critic-free group
-baselines (GRPO, GiGPO), plus the discounted reverse sum they share.
+r"""How an advantage is computed: every ``algo.advantage`` estimator registered by name (:data:`ESTIMATORS`),
+behind the one function the trainer calls once a batch is collected and scored, :func:`compute_advantages`.
 
-**Dual-discount GAE** (``"gae"``): Verlog's turn-level advantage, computed for a whole ``[T, N, R]`` batch at
-once. Notation. Turn ``t`` of env ``n`` has ``L = L_{t,n} >= 1`` response tokens ``y_0 .. y_{L-1}`` (a prefix of the
-``R`` columns; the rest is padding). ``V_{t,k}`` is the critic's value just before token ``k``, so
-``V_{t,0}`` is the value of the turn's state (its prompt). Rewards per token::
+The rollouts collect and the storages store; neither computes an advantage. A
+:class:`~verlog.ppo.storage.TurnStorage` holds what GAE reads (rewards, values, the masks of ended and cut
+episodes); a :class:`~verlog.ppo.storage.GroupStorage` holds each played episode's turn rewards, GiGPO's anchor
+states, the chosen actions and the one-step branches' rewards. After scoring, the estimator named by
+``algo.advantage`` writes ``storage.advantages`` (and, with a critic, ``storage.returns``, the value targets)
+from them. The PPO loss that reads them is :mod:`verlog.ppo.update`'s.
 
-    r_{t,k} = token_rewards[t, n, k] (e.g. -beta * KL)  +  rewards[t, n] if k == L-1 else 0
+**Dual-discount GAE** (``"gae"``), with the critic: the formulas and the vectorised scan are
+:mod:`verlog.ppo.gae`'s; the advantages are whitened over the batch (over every process's batch when several
+train together). The value after the batch's last turn bootstraps an episode still running there, unless
+``ppo.window_bootstrap = false`` (the ablations' cut).
 
-Inside a turn the tokens are discounted with ``(gamma_tok, lam_tok)``; the last real token links to the next
-turn with ``(gamma_turn, lam_turn)``::
-
-    k <  L-1:  delta_{t,k} = r_{t,k} + gamma_tok * V_{t,k+1} - V_{t,k}
-               A_{t,k}     = delta_{t,k} + gamma_tok * lam_tok * A_{t,k+1}
-    k == L-1:  delta_{t,k} = r_{t,k} + gamma_turn * next_values[t] - V_{t,k}
-               A_{t,k}     = delta_{t,k} + gamma_turn * lam_turn * continues[t] * A_{t+1,0}     (A_{T,0} := 0)
-
-    returns = A + V on real tokens; both are 0 on padding.
-
-With ``gamma_tok = lam_tok = 1`` (Verlog's setting) this telescopes to
-``A_{t,k} = sum_{j>=k} r_{t,j} + gamma_turn * next_values[t] + gamma_turn * lam_turn * continues[t] * A_{t+1,0}
-- V_{t,k}``. With the env reward alone, every token of a turn therefore shares one return target (A + V) and
-only its baseline differs; per-token rewards make token k's target drop the token rewards earned before it.
-
-How this differs from Verlog (verl ``compute_gae_advantage_return``, see shared/research/verlog-algorithm.md §3):
-
-* **No extra value slot.** Verlog keeps a slot ``k = L`` (the value on the final response token, reward 0)
-  whose delta links to ``V_{t+1,0}``. Here the last real token links to the next turn directly, so the critic
-  is never asked to value a finished response it cannot act from.
-* **Real ends cut the bootstrap, truncations keep it.** Verlog uses ``done = terminated or truncated`` and so
-  treats a time limit as a terminal state. Here the caller (``TurnStorage``, from its ``masks`` and
-  ``bad_masks``) passes ``next_values = 0`` after a real end, ``V(final_obs)`` after a time-limit truncation
-  and ``V_{t+1,0}`` otherwise, plus ``continues = 0`` whenever the next turn starts a new episode, so no
-  advantage leaks across episodes either way.
-
-:func:`dual_discount_gae` is the vectorised implementation used by training: one Python loop over the ``T``
-turns on ``[N]`` vectors, everything else as whole-tensor ops (no loop over tokens).
-:func:`verlog.ppo.gae_reference.dual_discount_gae_loop` is the plain per-env, per-turn, per-token recursion,
-kept as the slow reference that tests and ``benchmarks/gae.py`` compare against.
-
-**Group baselines** (``"grpo"``, ``"gigpo"``): A batch is ``groups x G`` whole episodes; episodes ``[k G, (k+1) G)`` form group ``k`` and started from the
+**Group baselines** (``"grpo"``, ``"rloo"``, ``"gigpo"``), no critic. A batch is ``groups x G`` whole episodes; episodes ``[k G, (k+1) G)`` form group ``k`` and started from the
 same state (one reset seed). Every turn of episode ``i`` gets the *episode* advantage
 
     A_E(i) = (R_i - mean_k R)                    norm = "mean"
@@ -58,292 +32,160 @@ step group (a step group of one gets 0), and
 One difference from verl-agent, on purpose: the episode statistics are over the group's episodes, one return
 each (its "standard episode-level" option), not over every turn's copy of the return, which would weigh long
 episodes more.
+
+A critic-free estimator puts a turn's advantage on every token of its response, plus the return of the
+per-token KL penalty to the response's end (discounted by ``ppo.token_gamma``) when ``ppo.kl_coef > 0``; with
+no critic there are no returns to fit (left at 0).
+
+**Branch term** (an addition to a group estimator, ``algo.branch_actions``; the branches themselves are played
+by :class:`verlog.ppo.group_rollout.Brancher`): each offered action's one-step branch from a played state gets
+``w * (r - mean)``, r its one-step reward, the mean over the state's branches and over the played answer too
+when that was invalid (its penalty, through the mean, lifts every offered move of the state together). The
+played turn keeps its group advantage alone.
+
+**Dynamic sampling**: a group whose turns all have a zero advantage carries no gradient. :func:`group_signal`
+says which groups do, so the rollout can play the others again: the estimator's judgement, asked before
+scoring; :func:`compute_advantages` computes the same advantages later from the same stored episodes.
 """
 
 from __future__ import annotations
 
-import functools
-import math
 from collections import defaultdict
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 import numpy as np
 import torch
+from torch import Tensor
+
+from verlog.config import AlgoConfig, Config
+from verlog.ppo.gae import discounted_reverse_cumsum, dual_discount_gae
+from verlog.ppo.storage import GroupStorage, TurnStorage
 
 __all__ = [
     "EPS",
+    "ESTIMATORS",
+    "Estimator",
     "GroupAdvantages",
+    "branch_advantages",
+    "branch_term",
+    "center_by_action",
+    "compute_advantages",
     "discounted_returns",
-    "discounted_reverse_cumsum",
-    "check_gae_inputs",
-    "dual_discount_gae",
     "episode_advantages",
+    "gae_advantages",
     "group_advantages",
+    "group_signal",
+    "token_advantages",
+    "whiten",
 ]
 
+AllReduce = Callable[[Tensor], Tensor]
 
-def check_gae_inputs(
-    rewards: torch.Tensor,
-    token_values: torch.Tensor,
-    response_mask: torch.Tensor,
-    next_values: torch.Tensor,
-    continues: torch.Tensor,
-    token_rewards: torch.Tensor | None,
-    coefficients: dict[str, float],
-) -> tuple[torch.dtype, torch.Tensor, torch.Tensor]:
-    """Validate shapes, coefficients and the mask; return the compute dtype, the mask in it and the lengths.
 
-    Errors name the argument and the expected shape, because a transposed ``[N, T]`` tensor is the usual
-    mistake and broadcasting would otherwise hide it. The mask check runs on every update, so its common path
-    is three read-only float passes (bool tensor ops and temporaries are several times slower on CPU); only
-    when it fails is the mask searched for the offending row.
+# ------------------------------------------------------------------ the one entry point
+@dataclass(frozen=True)
+class Estimator:
+    """One ``algo.advantage`` estimator: how it fills a scored storage, and what it needs from collection."""
+
+    name: str
+    compute: Callable[..., dict[str, float]]
+    """``compute(storage, config, *, all_reduce, kl_coef)``: write the storage's advantages; return metrics."""
+    baseline: str = "mean"
+    """A group estimator's baseline: the group's mean ("mean") or the other episodes' mean ("loo", RLOO)."""
+    anchors: bool = False
+    """Whether the rollout records each turn's anchor state (GiGPO's step groups)."""
+
+
+def compute_advantages(
+    storage: TurnStorage,
+    config: Config,
+    *,
+    all_reduce: AllReduce | None = None,
+    kl_coef: float | None = None,
+) -> dict[str, float]:
+    """Write ``storage.advantages`` (and the critic's targets, ``storage.returns``) with the estimator named by
+    ``config.algo.advantage``; return its metrics. ``kl_coef`` overrides ``config.ppo.kl_coef`` (0 in critic
+    pre-training, whose log-probs are not scored); ``all_reduce`` sums over processes (GAE's whitening)."""
+    estimator = ESTIMATORS[config.algo.advantage]
+    kl = config.ppo.kl_coef if kl_coef is None else kl_coef
+    return estimator.compute(storage, config, all_reduce=all_reduce, kl_coef=kl)
+
+
+# ------------------------------------------------------------------ "gae": dual-discount GAE with the critic
+def whiten(x: Tensor, mask: Tensor, all_reduce: AllReduce | None = None) -> Tensor:
+    """(x - mean) / sqrt(var + 1e-8) over the entries where ``mask`` is 1 (unbiased variance); 0 elsewhere.
+
+    ``all_reduce`` sums a tensor over processes, so several processes whiten with the same statistics.
     """
-    if not isinstance(token_values, torch.Tensor):
-        raise TypeError(f"token_values must be a torch.Tensor, got {type(token_values).__name__}")
-    if token_values.dim() != 3:
-        raise ValueError(f"token_values must have shape [T, N, R], got {list(token_values.shape)}")
-    T, N, R = token_values.shape
-    if R == 0:
-        raise ValueError("token_values has R = 0 response columns; every turn needs at least one token")
-    expected = {
-        "rewards": (rewards, (T, N)),
-        "response_mask": (response_mask, (T, N, R)),
-        "next_values": (next_values, (T, N)),
-        "continues": (continues, (T, N)),
-    }
-    if token_rewards is not None:
-        expected["token_rewards"] = (token_rewards, (T, N, R))
-    for name, (tensor, shape) in expected.items():
-        if not isinstance(tensor, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
-        if tuple(tensor.shape) != shape:
-            dims = "[T, N, R]" if len(shape) == 3 else "[T, N]"
-            raise ValueError(
-                f"{name} must have shape {dims} = {list(shape)} (T, N, R taken from token_values), "
-                f"got {list(tensor.shape)}"
-            )
-    for name, value in coefficients.items():
-        if not 0.0 <= value <= 1.0:
-            raise ValueError(f"{name} must be in [0, 1], got {value}")
-
-    floats = [token_values, rewards, next_values] + ([token_rewards] if token_rewards is not None else [])
-    # Half precision is too coarse for sums over hundreds of tokens: compute in float32 at least.
-    dtype = torch.float64 if any(x.dtype == torch.float64 for x in floats) else torch.float32
-
-    mask = response_mask.to(dtype)
-    lengths = mask.sum(-1)
-    # Three read-only passes, no temporaries: entries in [0, 1], and per row sum_k k*m_k == L(L-1)/2 with
-    # L = sum_k m_k. Among [0, 1]-valued rows of mass L, the 0/1 prefix [0, L) is the unique minimiser of
-    # sum_k k*m_k, with value L(L-1)/2 (a non-integer L cannot reach that value either), so the two checks
-    # together mean "0/1 and a prefix". Sums of small integers are exact in float32 while R(R-1)/2 < 2**24.
-    bounded = True
-    if response_mask.dtype != torch.bool and mask.numel():
-        low, high = mask.aminmax()
-        bounded = 0 <= float(low) and float(high) <= 1
-    exact = dtype if R <= 4096 else torch.float64
-    position_sum = mask.to(exact) @ torch.arange(R, dtype=exact, device=mask.device)
-    prefix_sum = (lengths * (lengths - 1) / 2).to(exact)
-    if not (bounded and torch.equal(position_sum, prefix_sum)):
-        # Error path only: find what is wrong, and where.
-        binary = (mask == 0) | (mask == 1)
-        if not bool(binary.all()):
-            t, n, k = (int(i) for i in (~binary).nonzero()[0])
-            raise ValueError(
-                f"response_mask must hold only 0 and 1; it holds {float(mask[t, n, k])} at t={t}, n={n}"
-            )
-        t, n = (int(i) for i in (position_sum != prefix_sum).nonzero()[0])
-        raise ValueError(
-            f"response_mask must be a prefix in every row (1s first, then 0s padding); row t={t}, n={n} is not"
-        )
-    if T * N and float(lengths.min()) < 1:
-        t, n = (int(i) for i in (lengths < 1).nonzero()[0])
-        raise ValueError(
-            f"response_mask has a turn with no response token (t={t}, n={n}); every turn needs L >= 1 "
-            "(the sampler always emits at least the EOS token)"
-        )
-    return dtype, mask, lengths
+    stats = torch.stack([(x * mask).sum(), (x * x * mask).sum(), mask.sum()]).double()
+    if all_reduce is not None:
+        stats = all_reduce(stats)
+    total, total_sq, count = stats.tolist()
+    mean = total / max(count, 1.0)
+    var = (total_sq - count * mean * mean) / max(count - 1.0, 1.0)
+    return (x - mean) * torch.rsqrt(torch.tensor(max(var, 0.0) + 1e-8, dtype=x.dtype)) * mask
 
 
-class _ScanWeights(NamedTuple):
-    """Powers of ``c`` used by the blocked scan, cached per (R, c, dtype, device): building them costs a few
-    dozen tiny ops, a noticeable share of a call at small R."""
-
-    block: int  # b, tokens per block (R itself when one block is enough)
-    within: torch.Tensor  # [b, b], entry (j, i) = c**(j-i) for j >= i, else 0 (the transposed scan matrix)
-    across: torch.Tensor  # [nb, nb], entry (m, i) = c**(b*(m-i)) for m >= i, else 0
-    tail: torch.Tensor  # [b], c**(b-p): how the next block's first token reaches token p of this block
-    from_start: torch.Tensor  # [R], c**k: how token k reaches token 0
-
-
-@functools.lru_cache(maxsize=16)
-def _scan_weights(R: int, c: float, dtype: torch.dtype, device: torch.device) -> _ScanWeights:
-    """Every weight is a power of ``c <= 1``, computed in float64, cast, and flushed to 0 below the smallest
-    normal number: powers of ``c < 1`` underflow over long responses, and subnormal operands put x86 matmuls
-    on a slow path while changing results by less than 1e-38."""
-    tiny = torch.finfo(dtype).tiny
-
-    def powers(exponents: torch.Tensor) -> torch.Tensor:
-        p = c ** exponents.to(torch.float64)
-        return torch.where(p < tiny, 0.0, p).to(dtype)
-
-    def triangle(n: int, step: int) -> torch.Tensor:
-        idx = torch.arange(n, device=device)
-        diff = idx[:, None] - idx[None, :]
-        return torch.where(diff >= 0, powers(step * diff.clamp(min=0)), 0.0).to(dtype)
-
-    b = max(16, 2 ** round(math.log2((2 * R) ** (1 / 3))))
-    if R <= b:
-        b = R
-    nb = -(-R // b)
-    return _ScanWeights(
-        block=b,
-        within=triangle(b, 1),
-        across=triangle(nb, b),
-        tail=powers(torch.arange(b, 0, -1, device=device)),
-        from_start=powers(torch.arange(R, device=device)),
-    )
-
-
-def discounted_reverse_cumsum(x: torch.Tensor, c: float) -> torch.Tensor:
-    """``y_k = sum_{j >= k} c**(j-k) * x_j`` along the last dim, for ``0 <= c <= 1``, without a token loop.
-
-    Two-level blocked scan: the last dim is cut into ``nb`` blocks of ``b`` tokens. One matmul with a
-    ``[b, b]`` upper-triangular matrix of ``c**(q-p)`` scans inside every block; a second with an ``[nb, nb]``
-    matrix of ``c**(b*(m-i))`` scans the block starts; a broadcast ``c**(b-p)`` adds each block's tail. Cost per
-    row is ``R*b + nb**2`` multiply-adds instead of ``R**2`` for one ``[R, R]`` matmul (``b ~ (2R)**(1/3)``
-    minimises it), and every weight is a power of ``c <= 1`` -- unlike the ``c**-k``-rescaled cumsum, which
-    overflows on long responses.
-    """
-    R = x.shape[-1]
-    w = _scan_weights(R, c, x.dtype, x.device)
-    b = w.block
-    if R == b:
-        return x @ w.within
-    nb = -(-R // b)
-    if nb * b != R:
-        x = torch.nn.functional.pad(x, (0, nb * b - R))
-    local = (x.reshape(-1, b) @ w.within).reshape(-1, nb, b)  # scan inside each block
-    starts = local[..., 0] @ w.across  # [rows, nb]: y at each block's first token
-    after = torch.zeros(starts.shape, dtype=x.dtype, device=x.device)
-    after[:, :-1] = starts[:, 1:]  # y at the next block's first token
-    local.addcmul_(after[..., None], w.tail)
-    y = local.reshape(*x.shape[:-1], nb * b)
-    return y if nb * b == R else y[..., :R].contiguous()
-
-
-def dual_discount_gae(
-    rewards: torch.Tensor,
-    token_values: torch.Tensor,
-    response_mask: torch.Tensor,
-    next_values: torch.Tensor,
-    continues: torch.Tensor,
+def gae_advantages(
+    storage: TurnStorage,
     *,
     turn_gamma: float,
     turn_lam: float,
     token_gamma: float,
     token_lam: float,
-    token_rewards: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Dual-discount GAE over a ``[T, N, R]`` batch of turns (formulas in the module docstring).
+    kl_coef: float = 0.0,
+    all_reduce: AllReduce | None = None,
+    window_bootstrap: bool = True,
+) -> None:
+    """Dual-discount GAE over a turn batch: ``storage.returns`` are the critic targets, ``storage.advantages``
+    are whitened.
 
-    Args:
-        rewards: ``[T, N]`` env reward of turn ``t``, credited to its last response token.
-        token_values: ``[T, N, R]`` ``V_{t,k}``, the critic value before response token ``k``.
-        response_mask: ``[T, N, R]`` 1 on real response tokens (a non-empty prefix of each row), 0 on padding;
-            bool, integer or float.
-        next_values: ``[T, N]`` value of the state after turn ``t``: ``V_{t+1,0}`` if the episode goes on,
-            ``V(final_obs)`` after a time-limit truncation, 0 after a real end.
-        continues: ``[T, N]`` 1 if turn ``t+1`` continues the same episode (its advantage is carried back).
-        turn_gamma, turn_lam: discount and GAE lambda between turns, in [0, 1].
-        token_gamma, token_lam: discount and GAE lambda between tokens of a turn, in [0, 1].
-        token_rewards: optional ``[T, N, R]`` extra per-token rewards (e.g. ``-beta * KL``).
-
-    Padding entries of ``token_values`` and ``token_rewards`` are ignored as long as they are finite (they
-    are multiplied by the mask: a float multiply is several times cheaper than ``torch.where`` on CPU).
-
-    Returns:
-        ``(advantages, returns)``, both ``[T, N, R]``, ``returns = advantages + token_values`` on real tokens,
-        both exactly 0 on padding. The dtype is float64 if any float input is float64, else float32 (half
-        precision is upcast); the device is the inputs' device.
-
-    Raises:
-        ValueError: a wrong shape (naming the argument and the expected shape), a coefficient outside
-            [0, 1], a mask that is not 0/1 or not a prefix, or a turn with no response token.
+    ``values``, ``token_values``, ``truncated_values``, ``old_logprobs`` (and ``ref_logprobs`` when
+    ``kl_coef > 0``) must be scored first. The value after a turn is ``V_{t+1,0}`` while the episode goes on,
+    ``V(final_obs)`` after a time-limit cut (``bad_masks``) and 0 after a real end (``masks``).
+    ``window_bootstrap=False`` takes the value after the batch's last turn as 0 for an episode still running
+    there (the cut that ablations compare against).
     """
-    dtype, mask, lengths = check_gae_inputs(
-        rewards,
-        token_values,
-        response_mask,
+    s = storage
+    next_values = s.masks[1:] * s.values[1:] + (1.0 - s.bad_masks[1:]) * s.truncated_values
+    if not window_bootstrap:
+        next_values = next_values.clone()
+        next_values[-1] -= s.masks[-1] * s.values[-1]
+    token_rewards = None
+    if kl_coef > 0:
+        token_rewards = -kl_coef * (s.old_logprobs - s.ref_logprobs) * s.response_mask
+    advantages, returns = dual_discount_gae(
+        s.rewards,
+        s.token_values,
+        s.response_mask,
         next_values,
-        continues,
-        token_rewards,
-        {"turn_gamma": turn_gamma, "turn_lam": turn_lam, "token_gamma": token_gamma, "token_lam": token_lam},
+        s.masks[1:],
+        turn_gamma=turn_gamma,
+        turn_lam=turn_lam,
+        token_gamma=token_gamma,
+        token_lam=token_lam,
+        token_rewards=token_rewards,
     )
-    T, N, R = token_values.shape
-    device = token_values.device
-    # Full-size [T, N, R] work is done in place in the two output buffers, and padding is zeroed by
-    # multiplying with the mask as each full-size input is read: fresh multi-MB temporaries cost page faults,
-    # which on CPU take as long as the arithmetic itself. Every [T, N, R] intermediate is exactly 0 on padding,
-    # so V_{t,L} (a slot our formulation does not have) reads as 0 where the shifted values are added.
-    values = token_values.to(dtype)
-    tok = token_rewards.to(dtype) if token_rewards is not None else None
-    # What token L-1 receives besides its token reward: the env reward and the bootstrap gamma_turn * next
-    # value (and, once known, the carried gamma_turn * lam_turn * continues[t] * A_{t+1,0}).
-    at_last = rewards.to(dtype) + turn_gamma * next_values.to(dtype)
+    s.returns = returns.float()
+    s.advantages = whiten(advantages.float(), s.response_mask, all_reduce)
 
-    # The carry needs, per turn, only the first-token advantage without it (first) and the weight c**(L-1)
-    # with which A_{t+1,0}, entering at token L-1, reaches token 0 (first_weight). Both are [T, N], so the
-    # one Python loop, over turns, touches [N] vectors only.
-    c = token_gamma * token_lam
-    if c == 1.0:
-        # gamma_tok = lam_tok = 1: the deltas telescope, A_{t,k} = sum_{j>=k} r_{t,j} + bootstrap + carry - V_k,
-        # so no delta (a difference of values) is ever formed -- the more accurate float32 path as well.
-        first = at_last - values[..., 0]  # token 0 is always real (L >= 1): no mask needed
-        if tok is not None:
-            advantages = torch.mul(tok, mask, out=torch.empty(T, N, R, dtype=dtype, device=device))
-            advantages.cumsum_(-1)
-            total = advantages[..., -1].clone()
-            first += total
-        first_weight = torch.ones(T, N, dtype=dtype, device=device)
-    else:
-        # delta_{t,k} = r_{t,k} - V_{t,k} + gamma_tok * V_{t,k+1}; the terms of token L-1 are added below.
-        delta = torch.empty(T, N, R, dtype=dtype, device=device)
-        if tok is not None:
-            torch.sub(tok, values, out=delta)
-        else:
-            torch.neg(values, out=delta)
-        delta.mul_(mask)
-        delta[..., :-1].addcmul_(values[..., 1:], mask[..., 1:], value=token_gamma)
-        from_start = _scan_weights(R, c, dtype, device).from_start  # c**k
-        first_weight = from_start[lengths.long() - 1]  # c**(L-1)
-        first = delta @ from_start + first_weight * at_last
 
-    link = turn_gamma * turn_lam * continues.to(dtype)
-    carry = torch.zeros(T, N, dtype=dtype, device=device)
-    for t in range(T - 2, -1, -1):
-        carry[t] = link[t] * (first[t + 1] + first_weight[t + 1] * carry[t + 1])  # link * A_{t+1,0}
-    at_last += carry
-
-    if c == 1.0:
-        # Everything token L-1 receives reaches every real token undiscounted.
-        if tok is not None:
-            # Token rewards to go, sum_{j>=k} r_j = total - cumsum_k + r_k: exactly 0 on padding, where the
-            # cumsum has stopped moving.
-            advantages.neg_().add_(total[..., None]).addcmul_(tok, mask)
-            advantages.addcmul_(mask, at_last[..., None]).addcmul_(values, mask, value=-1.0)
-        else:
-            advantages = torch.sub(
-                at_last[..., None], values, out=torch.empty(T, N, R, dtype=dtype, device=device)
-            )
-            advantages.mul_(mask)
-        returns = torch.addcmul(advantages, values, mask)
-    else:
-        delta.scatter_add_(-1, (lengths.long() - 1)[..., None], at_last[..., None])
-        advantages = discounted_reverse_cumsum(delta, c)  # exactly 0 on padding: delta = 0 from there on
-        returns = torch.addcmul(advantages, values, mask, out=delta)
-    return advantages, returns
+def _gae(
+    storage: TurnStorage, config: Config, *, all_reduce: AllReduce | None, kl_coef: float
+) -> dict[str, float]:
+    ppo = config.ppo
+    gae_advantages(
+        storage,
+        turn_gamma=ppo.turn_gamma,
+        turn_lam=ppo.turn_lam,
+        token_gamma=ppo.token_gamma,
+        token_lam=ppo.token_lam,
+        kl_coef=kl_coef,
+        all_reduce=all_reduce,
+        window_bootstrap=ppo.window_bootstrap,
+    )
+    return {}
 
 
 # ------------------------------------------------------------------ group baselines (no critic)
@@ -492,3 +334,111 @@ def center_by_action(
             if action is not None:
                 turns[i][t] -= means[action]
     return means
+
+
+def branch_advantages(tried: Sequence[float], weight: float, invalid: float | None = None) -> list[float]:
+    """Each branch's advantage: ``weight * (reward - mean)``, the mean over the branches' rewards and, when the
+    played answer was invalid, its reward ``invalid`` too (its penalty lowers the mean: every offered move gains)."""
+    rewards = [*tried] if invalid is None else [*tried, invalid]
+    mean = sum(rewards) / len(rewards)
+    return [weight * (r - mean) for r in tried]
+
+
+def branch_term(storage: GroupStorage, weight: float) -> dict[str, float]:
+    """Set the branch turns' advantages (``storage.turn_advantages``); return the branch metrics.
+
+    Over the played turns with a valid answer: ``groups/branch_gain``, the played move's reward minus the mean
+    of its state's branches (above 0: better than a uniform choice among the offered moves), and
+    ``groups/branch_best_share``, how often it earned as much as the state's best branch.
+    """
+    gains: list[float] = []
+    best: list[bool] = []
+    for (t, n), tried in storage.branch_rewards.items():
+        if not tried:
+            continue
+        played, valid = float(storage.rewards[t, n]), storage.branch_valid.get((t, n), False)
+        for b, advantage in enumerate(branch_advantages(tried, weight, None if valid else played)):
+            storage.turn_advantages[t, storage.branch_column(n, b)] = advantage
+        if valid:
+            gains.append(played - float(np.mean(tried)))
+            best.append(played >= max(tried) - 1e-6)
+    return {
+        "groups/branch_turns": float(sum(len(r) for r in storage.branch_rewards.values())),
+        "groups/branch_gain": float(np.mean(gains)) if gains else 0.0,
+        "groups/branch_best_share": float(np.mean(best)) if best else 0.0,
+    }
+
+
+def token_advantages(storage: GroupStorage, *, kl_coef: float = 0.0, token_gamma: float = 1.0) -> None:
+    """Each turn's advantage (``storage.turn_advantages``) on every token of its response, plus the KL
+    penalty's return to the response's end; no critic, so the returns stay 0."""
+    advantages = storage.turn_advantages[:, :, None] * storage.response_mask
+    if kl_coef > 0:
+        penalty = -kl_coef * (storage.old_logprobs - storage.ref_logprobs) * storage.response_mask
+        advantages = advantages + discounted_reverse_cumsum(penalty, token_gamma) * storage.response_mask
+    storage.advantages = advantages.float()
+    storage.returns.zero_()
+
+
+def _stored_group_advantages(storage: GroupStorage, algo: AlgoConfig) -> GroupAdvantages:
+    """The named group estimator over the episodes the storage holds."""
+    estimator = ESTIMATORS[algo.advantage]
+    episodes = storage.episodes[: storage.sampled_columns]
+    return group_advantages(
+        [e.rewards for e in episodes],
+        algo.group_size,
+        std=algo.norm == "mean_std",
+        anchors=[e.anchors for e in episodes] if estimator.anchors else None,
+        step_weight=algo.step_weight,
+        step_gamma=algo.step_gamma,
+        baseline=estimator.baseline,
+        pool=algo.pool,
+        actions=[e.actions for e in episodes] if algo.center_actions else None,
+    )
+
+
+def group_signal(storage: GroupStorage, algo: AlgoConfig) -> list[bool]:
+    """Per group of the stored episodes: whether it carries a gradient (a turn with a non-zero advantage, or a
+    state whose one-step branches told its actions apart)."""
+    G = algo.group_size
+    signal = _stored_group_advantages(storage, algo).signal
+    return [
+        any_turn or _branch_signal(storage, range(k * G, (k + 1) * G)) for k, any_turn in enumerate(signal)
+    ]
+
+
+def _branch_signal(storage: GroupStorage, envs: range) -> bool:
+    return any(max(r) != min(r) for (_, n), r in storage.branch_rewards.items() if n in envs and r)
+
+
+def _group(
+    storage: TurnStorage, config: Config, *, all_reduce: AllReduce | None, kl_coef: float
+) -> dict[str, float]:
+    """A group estimator, the branch term added, on every token; the metrics of both."""
+    assert isinstance(storage, GroupStorage)
+    algo = config.algo
+    result = _stored_group_advantages(storage, algo)
+    for n, values in enumerate(result.turns):
+        storage.turn_advantages[: len(values), n] = torch.as_tensor(values, dtype=torch.float32)
+    metrics = {}
+    if ESTIMATORS[algo.advantage].anchors:
+        sizes = np.asarray(result.step_groups)
+        turns = sum(len(values) for values in result.turns)
+        metrics["groups/step_group_size"] = float(sizes.mean())
+        metrics["groups/anchored_turn_fraction"] = float(sizes[sizes > 1].sum() / max(turns, 1))
+    if storage.branch_width:
+        metrics.update(branch_term(storage, algo.step_weight))
+    if result.action_means:  # how far apart the actions' mean advantages were before centring
+        means = result.action_means.values()
+        metrics["groups/action_mean_spread"] = max(means) - min(means)
+    token_advantages(storage, kl_coef=kl_coef, token_gamma=config.ppo.token_gamma)
+    return metrics
+
+
+#: Every ``algo.advantage`` by name (verl's registry of estimators, in one place).
+ESTIMATORS: dict[str, Estimator] = {
+    "gae": Estimator("gae", _gae),
+    "grpo": Estimator("grpo", _group),
+    "rloo": Estimator("rloo", _group, baseline="loo"),
+    "gigpo": Estimator("gigpo", _group, anchors=True),
+}

@@ -1,23 +1,45 @@
-"""The learner's models, ready to train: actor, critic and reference, each with its optimiser and engine.
+"""What the learner is built of: its models, ready to train (actor, critic and reference, each with its
+optimiser and engine), and the rollout and storage its estimator collects into (:func:`make_batches`).
 
 Under DeepSpeed each model is prepared inside its own plugin (one engine per model); otherwise one accelerator
 prepares actor and critic together (DDP), except under FSDP2, whose ``prepare`` shards one model and remaps one
 optimiser per call, so each model goes through its own call with its own optimiser. The reference is the actor with its adapters off under LoRA (no
 third copy of the weights), a sharded optimiser-less engine under ZeRO-3, or a plain frozen copy. A critic-free
 estimator (``algo.advantage`` other than "gae") gets no critic at all: none is loaded, prepared or saved.
+
+The batch shape is the estimator's choice too. PPO with a critic collects a fixed T turns from each of N envs
+into a :class:`~verlog.ppo.storage.TurnStorage`, episodes running on across updates. The critic-free estimators
+play N whole episodes in groups of G into a :class:`~verlog.ppo.storage.GroupStorage`; process ``rank`` plays its
+own groups, with seeds disjoint from every other process's.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from verlog.models.loading import AdapterDisabled, LoraSpec, load_actor, load_critic, load_reference
-from verlog.ppo.config import Config
+from verlog.config import Config, ModelConfig
+from verlog.models.loading import (
+    AdapterDisabled,
+    LoraSpec,
+    load_actor,
+    load_critic,
+    load_reference,
+    load_tokenizer,
+)
+from verlog.models.prompts import PromptBuilder
+from verlog.models.sources import resolve_model_path
+from verlog.models.weights import full_weights
+from verlog.ppo.group_rollout import Brancher, GroupRollout, branch_width
+from verlog.ppo.rollout import Rollout
+from verlog.ppo.storage import GroupStorage, TurnStorage
+from verlog.runkit.distributed import from_main_process
+from verlog.sampling import Sampler, TransformersSampler, select_backend
 
-__all__ = ["Models", "adamw", "build_models"]
+__all__ = ["Learner", "Models", "adamw", "build_models", "load_learner", "lora_spec", "make_batches"]
 
 
 @dataclass
@@ -30,6 +52,64 @@ class Models:
     critic_optimizer: torch.optim.Optimizer | None
     reference: torch.nn.Module | None = None
     reference_engine: torch.nn.Module | None = None
+
+
+@dataclass
+class Learner:
+    """What :func:`load_learner` returns: the tokenizer, the prepared models and the sampler."""
+
+    tokenizer: Any
+    models: Models
+    sampler: Sampler
+    backend: str
+    """The sampler's engine ("transformers" or "vllm")."""
+    backend_reason: str
+    """Why that engine (``sampling.backend`` or what ``auto`` found)."""
+
+
+def lora_spec(model: ModelConfig) -> LoraSpec | None:
+    """``model.lora_*`` as the loader takes them; None (full fine-tuning) when ``model.lora_r`` is 0."""
+    if not model.lora_r:
+        return None
+    return LoraSpec(model.lora_r, model.lora_alpha, list(model.lora_target_modules))
+
+
+def load_learner(config: Config, dist: Any, lora: LoraSpec | None) -> Learner:
+    """The model folder (built or converted by the main process on first use), the tokenizer, the models
+    (:func:`build_models`) and the sampler: vLLM is started before the learner's models fill the GPU."""
+    from accelerate.utils import set_seed
+
+    model, accelerator = config.model, dist.actor
+    model.path = from_main_process(
+        resolve_model_path(model, config.env) if accelerator.is_main_process else ""
+    )
+    set_seed(config.run.seed)  # fresh weights (value head, LoRA) start equal on every process
+    tokenizer = load_tokenizer(model.path)
+    backend, reason = select_backend(config.sampling.backend, accelerator.device, model.path)
+    built: list[Models] = []  # the weights vLLM pulls are the actor's, built next
+    vllm = _vllm_sampler(config, tokenizer, dist, lambda: built[0].actor) if backend == "vllm" else None
+    built.append(build_models(dist, config, lora))
+    set_seed(config.run.seed + accelerator.process_index)
+    sampler: Sampler = vllm or TransformersSampler(
+        accelerator.unwrap_model(built[0].actor),
+        tokenizer,
+        max_new_tokens=config.prompt.max_response_tokens,
+        temperature=config.sampling.temperature,
+        top_p=config.sampling.top_p,
+        batch_size=config.sampling.batch_size,
+        synced_gpus=dist.zero3 and dist.num_processes > 1,
+    )
+    return Learner(tokenizer, built[0], sampler, backend, reason)
+
+
+def _vllm_sampler(config: Config, tokenizer: Any, dist: Any, actor: Callable[[], torch.nn.Module]) -> Sampler:
+    from verlog.sampling.vllm import VLLMSampler, own_cores
+
+    device, state = dist.actor.device, dist.actor.state
+    if device.type == "cpu":  # one engine per process: each on its own cores
+        own_cores(state.local_process_index, state.num_processes if state.num_processes > 1 else 1)
+    weights = lambda: full_weights(dist.actor.unwrap_model(actor()), dist.gathered, buffers=False)  # noqa: E731
+    return VLLMSampler.from_config(config, tokenizer, weights, device, state.process_index)
 
 
 def build_models(dist: Any, config: Config, lora: LoraSpec | None) -> Models:
@@ -101,3 +181,41 @@ def adamw(model: torch.nn.Module, lr: float, weight_decay: float) -> torch.optim
     too: a DeepSpeed-config optimiser would compile a large extension first."""
     params = [p for p in model.parameters() if p.requires_grad]
     return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+
+
+def make_batches(
+    config: Config,
+    envs: Any,
+    sampler: Any,
+    prompts: PromptBuilder,
+    pad_id: int,
+    *,
+    rank: int = 0,
+    world_size: int = 1,
+    any_running: Callable[[bool], bool] | None = None,
+) -> tuple[Rollout, TurnStorage]:
+    """The rollout and its storage. ``any_running``: an all-reduce "is anything left to play anywhere", when
+    generation is collective (every process generates until all are done; critic-free estimators only)."""
+    algo, env, prompt = config.algo, config.env, config.prompt
+    if algo.critic:
+        rollout = Rollout(envs, sampler, prompts, binary_reward=env.binary_reward, env_id=env.id)
+        storage = TurnStorage(config.ppo.turns_per_update, env.num_envs, prompt.max_response_tokens, pad_id)
+        return rollout, storage
+    groups = env.num_envs // algo.group_size
+    width = branch_width(envs.envs) if algo.branch_actions else 0  # B: branch columns per env
+    group_rollout = GroupRollout(
+        envs,
+        sampler,
+        prompts,
+        algo=algo,
+        seed=config.run.seed + rank * groups,
+        stride=groups * world_size,
+        any_running=any_running,
+        brancher=Brancher(prompts.tokenizer, binary_reward=env.binary_reward) if width else None,
+        binary_reward=env.binary_reward,
+        env_id=env.id,
+    )
+    storage = GroupStorage(
+        algo.max_episode_turns, env.num_envs, prompt.max_response_tokens, pad_id, branch_width=width
+    )
+    return group_rollout, storage

@@ -78,7 +78,7 @@ class Curriculum:
 
 
 def stage_envs(env: Any, seed: int, curriculum: Curriculum | None) -> Any:
-    """``make_vec`` of ``env`` (an :class:`~verlog.ppo.config.EnvConfig`) with the curriculum stage's keyword
+    """``make_vec`` of ``env`` (an :class:`~verlog.config.EnvConfig`) with the curriculum stage's keyword
     arguments; each stage draws its own seeds, so a stage's episodes are not the previous stage's again."""
     import verlog
 

@@ -1,33 +1,45 @@
-"""Whole episodes in groups, for the critic-free estimators (``algo.advantage = "grpo" | "gigpo" | "rloo"``).
+"""Whole episodes in groups, for the critic-free estimators (``algo.advantage = "grpo" | "gigpo" | "rloo"``), and
+one-step branches of every offered action (``algo.branch_actions``).
 
 :class:`GroupRollout` resets the N envs in groups of G, each group with one seed (``seed + batch * stride + k``
 for group k, so groups and batches differ and a run replays exactly), and plays every episode to its end or to
 ``algo.max_episode_turns`` (then it counts as truncated). Finished envs wait: each turn generates only for the
 episodes still running. Rewards, and the env's own observation before every turn (``info["raw_observation"]``,
-GiGPO's anchor), go to :func:`verlog.ppo.advantages.group_advantages`; with ``algo.branch_actions``, a
-:class:`verlog.ppo.branching.Brancher` adds every offered action's one-step branch from each state.
+GiGPO's anchor), are stored with each episode (:class:`verlog.ppo.storage.Episode`); the estimators of
+:mod:`verlog.ppo.advantages` read them after scoring.
+
+**Branches.** A critic-free estimator learns which move was better in a state only from the moves its samples
+happened to try there, and a policy that favours one move rarely tries the others: its sampling noise then
+settles on the favourite long before the state's comparison moves it (what every BabaIsAI attempt in
+docs/log.md showed). With ``algo.branch_actions``, before a played turn's answer goes to its env, the
+:class:`Brancher` steps each offered action (``offered_actions``, what ``info["valid_actions"]`` lists) once in
+a deep copy of that env, and stores every branch as a turn of its own (the same prompt, the action's text as the
+answer) with its one-step reward; its advantage is the branch term of :mod:`verlog.ppo.advantages`. A branch's
+answer is the action's tokens without the end-of-text token: a bad move's negative advantage on that token would
+teach the model to keep talking after the move, i.e. to answer invalidly. This is the "all-action" policy
+gradient (each action weighted by what it earned, not by the luck of being sampled), made of one-step rollouts
+like TRPO's vine; it needs envs that can be deep-copied and a reward that tells a single step apart (a shaping
+reward). Branch turns sit in the storage's branch columns; their log-probs were never sampled, so the actor
+scores them (``ppo.reuse_sampler_logprobs = false``).
 """
 
 from __future__ import annotations
 
+import copy
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-import numpy as np
-import torch
-
+from verlog.config import AlgoConfig
 from verlog.envs.base import STATE_KEY
 from verlog.memory import RAW_KEY
-from verlog.ppo.advantages import GroupAdvantages, group_advantages
-from verlog.ppo.branching import Brancher
-from verlog.ppo.config import AlgoConfig
+from verlog.ppo.advantages import ESTIMATORS, group_signal
 from verlog.ppo.rollout import Rollout
 from verlog.ppo.storage import GroupStorage, TurnStorage
 from verlog.runkit.samples import family_of
 
-__all__ = ["GroupRollout", "anchor_of"]
+__all__ = ["Brancher", "GroupRollout", "anchor_of", "branch_width", "offered_actions", "try_actions"]
 
 
 class GroupRollout(Rollout):
@@ -69,7 +81,8 @@ class GroupRollout(Rollout):
         return [base + n // self.algo.group_size for n in range(self.num_envs)]
 
     def collect(self, storage: TurnStorage, samples: list[dict[str, Any]] | None = None) -> dict[str, float]:
-        """Play one batch of whole episodes; fill the storage and its turn advantages; return the metrics."""
+        """Play one batch of whole episodes into the storage (groups without signal played again, then left out
+        as configured); return the metrics."""
         assert isinstance(storage, GroupStorage)
         tally: dict[str, Any] = {
             "clock": defaultdict(float),
@@ -78,49 +91,32 @@ class GroupRollout(Rollout):
         }
         cuts_before = self.prompts.cuts
         storage.clear()
-        if self.brancher is not None:
-            self.brancher.clear()
         G, N = self.algo.group_size, self.num_envs
-        rewards: list[list[float]] = [[] for _ in range(N)]
-        anchors: list[list[str]] = [[] for _ in range(N)]
-        actions: list[list[str | None]] = [[] for _ in range(N)]
         play, resampled, first_empty = list(range(N)), 0, 0
         for attempt in range(self.algo.resample_attempts + 1):
-            self._play(storage, play, self.group_seeds(), rewards, anchors, actions, tally)
+            self._play(storage, play, self.group_seeds(), tally)
             self.batches += 1
-            result = self._advantages(rewards, anchors, actions)
-            empty = [k for k, signal in enumerate(result.signal) if not (signal or self._branch_signal(k))]
+            signal = group_signal(
+                storage, self.algo
+            )  # the estimator's judgement: which groups carry a gradient
+            empty = [k for k, carries in enumerate(signal) if not carries]
             first_empty = len(empty) if attempt == 0 else first_empty
             more = bool(empty) if self.any_running is None else self.any_running(bool(empty))
             if attempt == self.algo.resample_attempts or not more:
                 break
             play = [n for k in empty for n in range(k * G, (k + 1) * G)]
             resampled += len(empty)
-        for n, values in enumerate(result.turns):
-            storage.turn_advantages[: len(values), n] = torch.as_tensor(values, dtype=torch.float32)
-        branched = {} if self.brancher is None else self.brancher.apply(storage, self.algo.step_weight)
-        dropped = empty if self.algo.filter_no_signal and len(empty) < len(result.signal) else []
+        dropped = empty if self.algo.filter_no_signal and len(empty) < len(signal) else []
         for k in dropped:  # no gradient in them: left out of the update, with their branches
             members = list(range(k * G, (k + 1) * G))
-            storage.active[:, members + (self.brancher.columns(members) if self.brancher else [])] = False
-        turns = sum(len(r) for r in rewards)
+            storage.active[:, members + storage.branch_columns(members)] = False
         self.turns_played = tally["turns"]
-        episodes = tally["episodes"]
-        metrics = dict(tally["clock"])
-        metrics.update({key: float(np.mean(values)) for key, values in episodes.items() if values})
-        self.episode_counts = {key: len(values) for key, values in episodes.items() if values}
-        groups = len(result.signal)
+        metrics = self._metrics(tally, cuts_before)
+        groups = len(signal)
         metrics.update(
             {
-                "charts/episodes": float(len(episodes["env/success"])),  # resampled groups' included
                 "charts/turns": float(tally["turns"]),  # every turn played, resampled groups' included
                 "groups/trained_turns": float(storage.num_played),
-                "charts/response_tokens": tally["tokens"] / max(tally["turns"], 1),
-                "charts/capped_share": tally["capped"] / max(tally["turns"], 1),
-                "charts/generated_tokens": float(tally["tokens"]),
-                "env/reward": tally["reward"] / max(tally["turns"], 1),
-                "env/invalid_action_rate": tally["invalid"] / max(tally["turns"], 1),
-                "env/prompt_cuts": float(self.prompts.cuts - cuts_before),
                 "groups/no_signal_share": first_empty / groups,
                 "groups/no_signal_episodes": float(len(empty) * G),
                 "groups/resampled_groups": float(resampled),
@@ -128,61 +124,21 @@ class GroupRollout(Rollout):
                 "groups/truncated_episodes": float(tally["truncated"]),
             }
         )
-        if self.algo.advantage == "gigpo":
-            sizes = np.asarray(result.step_groups)
-            metrics["groups/step_group_size"] = float(sizes.mean())
-            metrics["groups/anchored_turn_fraction"] = float(sizes[sizes > 1].sum() / max(turns, 1))
-        metrics.update(branched)
-        if result.action_means:  # how far apart the actions' mean advantages were before centring
-            means = result.action_means.values()
-            metrics["groups/action_mean_spread"] = max(means) - min(means)
         return metrics
 
-    def _branch_signal(self, k: int) -> bool:
-        G = self.algo.group_size  # whether group k's branches told any state's actions apart
-        return self.brancher is not None and self.brancher.has_signal(range(k * G, (k + 1) * G))
-
-    def _advantages(
-        self, rewards: list[list[float]], anchors: list[list[str]], actions: list[list[str | None]]
-    ) -> GroupAdvantages:
-        algo = self.algo
-        return group_advantages(
-            rewards,
-            algo.group_size,
-            std=algo.norm == "mean_std",
-            anchors=anchors if algo.advantage == "gigpo" else None,
-            step_weight=algo.step_weight,
-            step_gamma=algo.step_gamma,
-            baseline="loo" if algo.advantage == "rloo" else "mean",
-            pool=algo.pool,
-            actions=actions if algo.center_actions else None,
-        )
-
-    def _play(
-        self,
-        storage: GroupStorage,
-        play: list[int],
-        seeds: list[int],
-        rewards: list[list[float]],
-        anchors: list[list[str]],
-        actions: list[list[str | None]],
-        tally: dict[str, Any],
-    ) -> None:
+    def _play(self, storage: GroupStorage, play: list[int], seeds: list[int], tally: dict[str, Any]) -> None:
         """Reset the envs in ``play`` (each from its seed) and play their episodes to the end or the turn cap;
         what those envs held in the storage before is replaced."""
         clock, episodes, samples = tally["clock"], tally["episodes"], tally["samples"]
         for key in ("invalid", "tokens", "capped", "truncated", "reward", "turns"):
             tally.setdefault(key, 0)
-        gigpo, centre = self.algo.advantage == "gigpo", self.algo.center_actions
+        anchored, centre = ESTIMATORS[self.algo.advantage].anchors, self.algo.center_actions
         subenvs, K = list(self.envs.envs), storage.num_turns
         start = time.perf_counter()
         resets = {n: subenvs[n].reset(seed=seeds[n]) for n in play}
         clock["time/env"] += time.perf_counter() - start
         for n, (_, info) in resets.items():
-            storage.forget(n)
-            if self.brancher is not None:
-                self.brancher.forget(storage, n)
-            rewards[n], anchors[n], actions[n] = [], [anchor_of(info, n, gigpo)], []
+            storage.forget(n, anchor=anchor_of(info, n, anchored))
             self.episode_return[n], self.episode_length[n] = 0.0, 0
         if play:
             first = self.prompts.from_infos([resets[n][0] for n in play], [resets[n][1] for n in play])
@@ -210,7 +166,7 @@ class GroupRollout(Rollout):
                 clock["time/env"] += time.perf_counter() - start
                 tally["invalid"] += not bool(info["action_valid"])
                 if self.brancher is not None:
-                    self.brancher.record(t, n, bool(info["action_valid"]))
+                    storage.branch_valid[(t, n)] = bool(info["action_valid"])
                 tally["reward"] += float(reward)
                 tally["turns"] += 1
                 family = family_of(self.env_id, info)
@@ -218,9 +174,10 @@ class GroupRollout(Rollout):
                     samples.append(self._sample(n, family, storage.prompts[t][n], out.texts[j], info, reward))
                 stored = 1.0 if self.binary_reward and reward > 0 else float(reward)
                 storage.put(t, n, out.token_ids[j], out.logprobs[j], stored)
-                rewards[n].append(stored)
+                episode = storage.episodes[n]
+                episode.rewards.append(stored)
                 if centre:  # the action each turn chose, for algo.center_actions (None: an invalid answer)
-                    actions[n].append(str(info["executed_action"]) if info["action_valid"] else None)
+                    episode.actions.append(str(info["executed_action"]) if info["action_valid"] else None)
                 self.episode_return[n] += float(reward)
                 self.episode_length[n] += 1
                 if term or trunc or t == K - 1:
@@ -230,7 +187,7 @@ class GroupRollout(Rollout):
                     going.append(n)
                     observations.append(obs)
                     infos.append(info)
-                    anchors[n].append(anchor_of(info, n, gigpo))
+                    episode.anchors.append(anchor_of(info, n, anchored))
             start = time.perf_counter()
             for n, ids in zip(going, self.prompts.from_infos(observations, infos), strict=True):
                 storage.prompts[t + 1][n] = ids
@@ -254,3 +211,65 @@ def anchor_of(info: dict[str, Any], n: int, needed: bool = True) -> str:
         if key in info:
             return str(info[key])
     raise ValueError(f"env {n}: the memory wrapper does not report info[{RAW_KEY!r}], the env's observation")
+
+
+def offered_actions(env: Any) -> tuple[str, ...]:
+    """The actions a text env offers (through any wrappers)."""
+    return tuple(env.get_wrapper_attr("offered_actions"))
+
+
+def branch_width(envs: Iterable[Any]) -> int:
+    """B: the most actions any of ``envs`` offers (the branch columns each env needs)."""
+    return max(len(offered_actions(env)) for env in envs)
+
+
+def try_actions(env: Any, actions: Sequence[str]) -> list[float]:
+    """The one-step reward of each action, each stepped in its own deep copy of ``env`` (left untouched)."""
+    rewards = []
+    for action in actions:
+        try:
+            twin = copy.deepcopy(env)
+        except Exception as error:  # an env holding a handle that cannot be copied
+            name = type(env.unwrapped).__name__
+            raise TypeError(
+                f"algo.branch_actions tries each action in a copy of the env; {name} cannot be copied: {error}"
+            ) from error
+        rewards.append(float(twin.step(action)[1]))
+    return rewards
+
+
+class Brancher:
+    """Tries the offered actions from each played state and stores them as branch turns of a GroupStorage."""
+
+    def __init__(self, tokenizer: Any, *, binary_reward: bool = False) -> None:
+        if tokenizer is None:
+            raise ValueError(
+                "algo.branch_actions needs the actor's tokenizer, to write each action as an answer"
+            )
+        self.tokenizer = tokenizer
+        self.binary_reward = binary_reward
+        self._ids: dict[str, list[int]] = {}
+
+    def answer_ids(self, action: str) -> list[int]:
+        """The action's text as the model would answer it, without the end-of-text token (not trained)."""
+        if action not in self._ids:
+            self._ids[action] = list(self.tokenizer.encode(action, add_special_tokens=False))
+        return self._ids[action]
+
+    def branch(self, storage: GroupStorage, t: int, n: int, env: Any) -> None:
+        """Try every action env n offers from its current state (turn t) and store each as a branch turn."""
+        actions = offered_actions(env)
+        if len(actions) > storage.branch_width:
+            raise ValueError(
+                f"env {n} offers {len(actions)} actions, more than the {storage.branch_width} branch columns "
+                "built for it (the envs changed after the storage was made)"
+            )
+        rewards = try_actions(env, actions)
+        if self.binary_reward:
+            rewards = [1.0 if r > 0 else r for r in rewards]
+        for b, (action, reward) in enumerate(zip(actions, rewards, strict=True)):
+            column = storage.branch_column(n, b)
+            ids = self.answer_ids(action)
+            storage.prompts[t][column] = storage.prompts[t][n]
+            storage.put(t, column, ids, [0.0] * len(ids), reward)
+        storage.branch_rewards[(t, n)] = rewards

@@ -26,7 +26,7 @@ from verlog.runkit.samples import family_of
 from verlog.sampling import Sampler
 from verlog.vector import sub_env_info
 
-__all__ = ["Rollout", "score", "state_values"]
+__all__ = ["Rollout", "score", "score_batch", "state_values"]
 
 
 class Rollout:
@@ -118,20 +118,36 @@ class Rollout:
             )
             clock["time/prompt"] += time.perf_counter() - start
 
-        turns = storage.num_turns * self.num_envs
-        metrics = dict(clock)
-        metrics.update({key: float(np.mean(values)) for key, values in episodes.items() if values})
-        self.episode_counts = {key: len(values) for key, values in episodes.items() if values}
-        metrics["charts/episodes"] = float(len(episodes["env/progression"]))
-        metrics["charts/response_tokens"] = tokens / turns
-        metrics["charts/capped_share"] = capped / turns
-        metrics["charts/generated_tokens"] = float(tokens)
-        metrics["env/reward"] = rewards_total / turns
-        metrics["env/invalid_action_rate"] = invalid / turns
-        metrics["env/prompt_cuts"] = float(self.prompts.cuts - cuts_before)
+        tally = {
+            "clock": clock,
+            "episodes": episodes,
+            "turns": storage.num_turns * self.num_envs,
+            "tokens": tokens,
+            "capped": capped,
+            "reward": rewards_total,
+            "invalid": invalid,
+        }
+        metrics = self._metrics(tally, cuts_before)
         metrics["charts/episodes_truncated"] = float(cut_by_limit)
         # Episodes still running at the batch end: bootstrapped with the critic, continued next update.
         metrics["charts/episodes_running"] = float(np.count_nonzero(self.episode_length))
+        return metrics
+
+    def _metrics(self, tally: dict[str, Any], cuts_before: int) -> dict[str, float]:
+        """What every rollout reports: time spent, the finished episodes' means (their counts kept for the mean
+        over processes), and per-turn rates over ``tally["turns"]`` played turns."""
+        episodes = tally["episodes"]
+        metrics = dict(tally["clock"])
+        metrics.update({key: float(np.mean(values)) for key, values in episodes.items() if values})
+        self.episode_counts = {key: len(values) for key, values in episodes.items() if values}
+        turns = max(tally["turns"], 1)
+        metrics["charts/episodes"] = float(len(episodes["env/success"]))  # resampled groups' included
+        metrics["charts/response_tokens"] = tally["tokens"] / turns
+        metrics["charts/capped_share"] = tally["capped"] / turns
+        metrics["charts/generated_tokens"] = float(tally["tokens"])
+        metrics["env/reward"] = tally["reward"] / turns
+        metrics["env/invalid_action_rate"] = tally["invalid"] / turns
+        metrics["env/prompt_cuts"] = float(self.prompts.cuts - cuts_before)
         return metrics
 
     def _sample(
@@ -262,6 +278,47 @@ def score(
     storage.truncated_values.zero_()
     for (t, n), value in zip(keys, values[storage.num_envs :].tolist(), strict=True):
         storage.truncated_values[t, n] = value
+
+
+def score_batch(
+    storage: TurnStorage,
+    *,
+    actor: nn.Module,
+    critic: nn.Module | None,
+    reference: nn.Module | None,
+    logprobs: bool,
+    reuse_sampler_logprobs: bool,
+    temperature: float,
+    max_tokens: int,
+    device: Any,
+    common_count: Callable[[int], int] | None = None,
+) -> dict[str, float]:
+    """:func:`score` a collected batch and return what scoring found. ``logprobs=False`` scores the values
+    alone (critic pre-training); with ``reuse_sampler_logprobs`` the sampler's log-probs are the old ones (the
+    weights have not moved since sampling), so the actor does not score them again."""
+    clock = time.perf_counter()
+    reuse = logprobs and reuse_sampler_logprobs
+    score(
+        storage,
+        actor=actor if logprobs and not reuse else None,
+        critic=critic,
+        reference=reference if logprobs else None,
+        temperature=temperature,
+        max_tokens=max_tokens,
+        device=device,
+        common_count=common_count,
+    )
+    if reuse:
+        storage.old_logprobs.copy_(storage.sampler_logprobs)
+    metrics = {"time/score": time.perf_counter() - clock}
+    metrics.update(
+        storage.score_metrics(
+            values=critic is not None,
+            old_logprobs=logprobs and not reuse,
+            reference=logprobs and not reuse and reference is not None,
+        )
+    )
+    return metrics
 
 
 def _padding(common_count: Callable[[int], int] | None, count: int) -> int:

@@ -12,25 +12,25 @@ which :meth:`TurnStorage.after_update` moves to slot 0, so episodes run on acros
 limit (truncated, not terminated), in which case ``truncated_values[t] = V(final_obs)`` bootstraps it.
 
 :class:`GroupStorage` (the critic-free estimators' whole episodes) is a :class:`TurnStorage` with the turn cap as
-T and a mask of the turns that happened: scoring and the PPO update see only those, cut into
-``ppo.num_minibatches`` minibatches. Its ``compute_returns`` puts each turn's group advantage on every token of
-the response, plus the per-token KL penalty's return within the response when ``ppo.kl_coef > 0`` (the reward
-PPO's GAE would see).
+T and a mask of the turns that happened: scoring and the PPO update see only those. It also keeps what the group
+estimators read: each played episode's rewards, anchor states and actions (:class:`Episode`), and the rewards
+of the one-step branches tried from each played state.
+
+A storage stores; :func:`verlog.ppo.advantages.compute_advantages` writes its ``advantages`` and ``returns``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from verlog.ppo.advantages import discounted_reverse_cumsum, dual_discount_gae
 from verlog.ppo.forward import Batch, collate
 
-__all__ = ["GroupStorage", "MicroBatch", "TurnStorage", "pack_by_tokens", "whiten"]
+__all__ = ["Episode", "GroupStorage", "MicroBatch", "TurnStorage", "pack_by_tokens"]
 
 
 @dataclass
@@ -74,22 +74,8 @@ def pack_by_tokens(sizes: Sequence[tuple[int, int]], max_tokens: int) -> list[li
     return groups
 
 
-def whiten(x: Tensor, mask: Tensor, all_reduce: Callable[[Tensor], Tensor] | None = None) -> Tensor:
-    """(x - mean) / sqrt(var + 1e-8) over the entries where ``mask`` is 1 (unbiased variance); 0 elsewhere.
-
-    ``all_reduce`` sums a tensor over processes, so several processes whiten with the same statistics.
-    """
-    stats = torch.stack([(x * mask).sum(), (x * x * mask).sum(), mask.sum()]).double()
-    if all_reduce is not None:
-        stats = all_reduce(stats)
-    total, total_sq, count = stats.tolist()
-    mean = total / max(count, 1.0)
-    var = (total_sq - count * mean * mean) / max(count - 1.0, 1.0)
-    return (x - mean) * torch.rsqrt(torch.tensor(max(var, 0.0) + 1e-8, dtype=x.dtype)) * mask
-
-
 class TurnStorage:
-    """Rollout storage of fixed length: ``insert`` T times, score, ``compute_returns``, update, ``after_update``."""
+    """Rollout storage of fixed length: ``insert`` T times, score, advantages, update, ``after_update``."""
 
     def __init__(self, num_turns: int, num_envs: int, max_response_tokens: int, pad_id: int) -> None:
         T, N, R = num_turns, num_envs, max_response_tokens
@@ -140,18 +126,7 @@ class TurnStorage:
                 f"the storage holds {self.num_turns} turns; call after_update() before inserting more"
             )
         for n, (ids, lps) in enumerate(zip(responses, sampler_logprobs, strict=True)):
-            length = len(ids)
-            if not 1 <= length <= self.max_response_tokens:
-                raise ValueError(
-                    f"env {n}: a response has {length} tokens, need 1..{self.max_response_tokens}"
-                )
-            self.responses[t, n, :length] = torch.as_tensor(ids, dtype=torch.long)
-            self.responses[t, n, length:] = self.pad_id
-            self.response_mask[t, n] = 0.0
-            self.response_mask[t, n, :length] = 1.0
-            self.sampler_logprobs[t, n] = 0.0
-            self.sampler_logprobs[t, n, :length] = torch.as_tensor(lps, dtype=torch.float32)
-            self.response_lens[t, n] = length
+            self.put_response(t, n, ids, lps)
         self.prompts[t + 1] = [list(p) for p in next_prompts]
         self.rewards[t] = torch.as_tensor(rewards, dtype=torch.float32)
         term = torch.as_tensor(terminated, dtype=torch.bool)
@@ -165,6 +140,19 @@ class TurnStorage:
                 self.final_prompts[(t, n)] = list(ids)
         self.step = t + 1
 
+    def put_response(self, t: int, n: int, ids: Sequence[int], logprobs: Sequence[float]) -> None:
+        """Write env n's response of turn t: its tokens (padded), mask, sampler log-probs and length."""
+        length = len(ids)
+        if not 1 <= length <= self.max_response_tokens:
+            raise ValueError(f"env {n}: a response has {length} tokens, need 1..{self.max_response_tokens}")
+        self.responses[t, n] = self.pad_id
+        self.responses[t, n, :length] = torch.as_tensor(ids, dtype=torch.long)
+        self.response_mask[t, n] = 0.0
+        self.response_mask[t, n, :length] = 1.0
+        self.sampler_logprobs[t, n] = 0.0
+        self.sampler_logprobs[t, n, :length] = torch.as_tensor(logprobs, dtype=torch.float32)
+        self.response_lens[t, n] = length
+
     def after_update(self) -> None:
         """Slot T becomes slot 0: the next update starts where this one stopped."""
         self.prompts[0] = self.prompts[-1]
@@ -173,46 +161,6 @@ class TurnStorage:
         self.bad_masks[0] = self.bad_masks[-1]
         self.final_prompts.clear()
         self.step = 0
-
-    # ------------------------------------------------------------------ returns
-    def compute_returns(
-        self,
-        *,
-        turn_gamma: float,
-        turn_lam: float,
-        token_gamma: float,
-        token_lam: float,
-        kl_coef: float = 0.0,
-        all_reduce: Callable[[Tensor], Tensor] | None = None,
-        window_bootstrap: bool = True,
-    ) -> None:
-        """Dual-discount GAE over the batch; returns are the critic targets, advantages are whitened.
-
-        ``values``, ``token_values``, ``truncated_values``, ``old_logprobs`` (and ``ref_logprobs`` when
-        ``kl_coef > 0``) must be scored first. ``window_bootstrap=False`` takes the value after the batch's last
-        turn as 0 for an episode still running there (the cut that ablations compare against).
-        """
-        next_values = self.masks[1:] * self.values[1:] + (1.0 - self.bad_masks[1:]) * self.truncated_values
-        if not window_bootstrap:
-            next_values = next_values.clone()
-            next_values[-1] -= self.masks[-1] * self.values[-1]
-        token_rewards = None
-        if kl_coef > 0:
-            token_rewards = -kl_coef * (self.old_logprobs - self.ref_logprobs) * self.response_mask
-        advantages, returns = dual_discount_gae(
-            self.rewards,
-            self.token_values,
-            self.response_mask,
-            next_values,
-            self.masks[1:],
-            turn_gamma=turn_gamma,
-            turn_lam=turn_lam,
-            token_gamma=token_gamma,
-            token_lam=token_lam,
-            token_rewards=token_rewards,
-        )
-        self.returns = returns.float()
-        self.advantages = whiten(advantages.float(), self.response_mask, all_reduce)
 
     # ------------------------------------------------------------------ batching
     def score_metrics(self, *, values: bool, old_logprobs: bool, reference: bool) -> dict[str, float]:
@@ -243,23 +191,23 @@ class TurnStorage:
 
     def minibatches(
         self,
-        minibatch_size: int,
+        num_minibatches: int,
         max_tokens: int,
         generator: torch.Generator | None = None,
         limit: int | None = None,
     ) -> Iterator[list[MicroBatch]]:
-        """Shuffle the T*N turns (keep the first ``limit``), cut them into minibatches, pack each by tokens.
+        """Shuffle the stored turns (keep the first ``limit``), cut them into ``num_minibatches`` near-equal
+        minibatches (equal when they divide: a turn batch's always do), pack each by tokens.
 
         Shuffling draws from ``generator`` (torch's global RNG by default, which checkpoints save).
         """
         rows = self.rows()
         count = len(rows) if limit is None else min(limit, len(rows))
-        if count % minibatch_size:
-            raise ValueError(f"{count} turns do not divide into minibatches of {minibatch_size}")
+        if not 0 < num_minibatches <= count:
+            raise ValueError(f"{count} turns do not divide into {num_minibatches} minibatches")
         order = torch.randperm(len(rows), generator=generator)[:count].tolist()
-        for start in range(0, count, minibatch_size):
-            chosen = [rows[i] for i in order[start : start + minibatch_size]]
-            yield list(self.micro_batches(chosen, max_tokens))
+        for part in np.array_split(np.asarray(order, dtype=np.int64), num_minibatches):
+            yield list(self.micro_batches([rows[i] for i in part.tolist()], max_tokens))
 
     def _micro_batch(self, rows: list[tuple[int, int]]) -> MicroBatch:
         ts = torch.tensor([t for t, _ in rows])
@@ -294,16 +242,43 @@ class TurnStorage:
         self.step = 0
 
 
+@dataclass
+class Episode:
+    """One played episode of a :class:`GroupStorage` column: what the group estimators read."""
+
+    rewards: list[float] = field(default_factory=list)
+    """The stored reward of each turn (after ``env.binary_reward``)."""
+    anchors: list[str] = field(default_factory=list)
+    """The state before each turn (GiGPO's anchor; "" when the estimator does not use it)."""
+    actions: list[str | None] = field(default_factory=list)
+    """The action each turn chose, None for an invalid answer (recorded for ``algo.center_actions``)."""
+
+
 class GroupStorage(TurnStorage):
-    """T = the turn cap, N = envs; ``active[t, n]`` marks the turns that were played."""
+    """T = the turn cap; columns: the N envs' episodes, then ``branch_width`` branch columns per env (env n's
+    branch b in column ``N + n * B + b``); ``active[t, n]`` marks the turns that were played."""
 
     def __init__(
-        self, max_turns: int, num_envs: int, max_response_tokens: int, pad_id: int, num_minibatches: int
+        self, max_turns: int, num_envs: int, max_response_tokens: int, pad_id: int, branch_width: int = 0
     ) -> None:
-        super().__init__(max_turns, num_envs, max_response_tokens, pad_id)
-        self.num_minibatches = num_minibatches
-        self.active = torch.zeros(max_turns, num_envs, dtype=torch.bool)
-        self.turn_advantages = torch.zeros(max_turns, num_envs)
+        super().__init__(max_turns, num_envs * (1 + branch_width), max_response_tokens, pad_id)
+        self.sampled_columns = num_envs
+        self.branch_width = branch_width
+        self.active = torch.zeros(max_turns, self.num_envs, dtype=torch.bool)
+        self.turn_advantages = torch.zeros(max_turns, self.num_envs)
+        self.episodes = [Episode() for _ in range(num_envs)]
+        #: (turn, env) of each played turn with branches -> the one-step reward of each, in action order.
+        self.branch_rewards: dict[tuple[int, int], list[float]] = {}
+        #: (turn, env) of each played turn with branches -> whether its answer named an offered action.
+        self.branch_valid: dict[tuple[int, int], bool] = {}
+
+    def branch_column(self, n: int, b: int) -> int:
+        """The column of env n's branch b."""
+        return self.sampled_columns + n * self.branch_width + b
+
+    def branch_columns(self, envs: Iterable[int]) -> list[int]:
+        """The branch columns of ``envs``."""
+        return [self.branch_column(n, b) for n in envs for b in range(self.branch_width)]
 
     def clear(self) -> None:
         self.active.zero_()
@@ -312,31 +287,29 @@ class GroupStorage(TurnStorage):
         self.rewards.zero_()
         self.response_lens.zero_()
         self.final_prompts.clear()
+        self.episodes = [Episode() for _ in range(self.sampled_columns)]
+        self.branch_rewards.clear()
+        self.branch_valid.clear()
 
     def reset_first(self, prompts: Sequence[list[int]]) -> None:
         """The envs' first prompts in their columns; any branch columns after them keep their place."""
         self.prompts[0][: len(prompts)] = [list(p) for p in prompts]
 
-    def forget(self, n: int) -> None:
-        """Drop env n's turns (its group is played again)."""
-        self.active[:, n] = False
-        self.turn_advantages[:, n] = 0.0
-        self.response_mask[:, n] = 0.0
-        self.rewards[:, n] = 0.0
-        self.response_lens[:, n] = 0
+    def forget(self, n: int, anchor: str = "") -> None:
+        """Drop env n's turns and branches (its group is played again); its next episode starts at ``anchor``."""
+        for column in [n, *self.branch_columns([n])]:
+            self.active[:, column] = False
+            self.turn_advantages[:, column] = 0.0
+            self.response_mask[:, column] = 0.0
+            self.rewards[:, column] = 0.0
+            self.response_lens[:, column] = 0
+        self.episodes[n] = Episode(anchors=[anchor])
+        self.branch_rewards = {key: value for key, value in self.branch_rewards.items() if key[1] != n}
+        self.branch_valid = {key: value for key, value in self.branch_valid.items() if key[1] != n}
 
     def put(self, t: int, n: int, ids: Sequence[int], logprobs: Sequence[float], reward: float) -> None:
         """Store env n's response of turn t (its prompt is already in ``prompts[t][n]``)."""
-        length = len(ids)
-        if not 1 <= length <= self.max_response_tokens:
-            raise ValueError(f"env {n}: a response has {length} tokens, need 1..{self.max_response_tokens}")
-        self.responses[t, n] = self.pad_id
-        self.responses[t, n, :length] = torch.as_tensor(ids, dtype=torch.long)
-        self.response_mask[t, n] = 0.0
-        self.response_mask[t, n, :length] = 1.0
-        self.sampler_logprobs[t, n] = 0.0
-        self.sampler_logprobs[t, n, :length] = torch.as_tensor(logprobs, dtype=torch.float32)
-        self.response_lens[t, n] = length
+        self.put_response(t, n, ids, logprobs)
         self.rewards[t, n] = reward
         self.active[t, n] = True
 
@@ -347,41 +320,6 @@ class GroupStorage(TurnStorage):
 
     def rows(self) -> list[tuple[int, int]]:
         return [(int(t), int(n)) for t, n in self.active.nonzero().tolist()]
-
-    def minibatches(
-        self,
-        minibatch_size: int,
-        max_tokens: int,
-        generator: torch.Generator | None = None,
-        limit: int | None = None,
-    ) -> Iterator[list[MicroBatch]]:
-        """The played turns shuffled and cut into ``num_minibatches`` near-equal minibatches (the batch size
-        varies with the episodes' lengths; ``minibatch_size`` and ``limit`` do not apply)."""
-        rows = self.rows()
-        order = torch.randperm(len(rows), generator=generator).tolist()
-        for part in np.array_split(np.asarray(order, dtype=np.int64), self.num_minibatches):
-            yield list(self.micro_batches([rows[i] for i in part.tolist()], max_tokens))
-
-    def compute_returns(
-        self,
-        *,
-        turn_gamma: float = 1.0,
-        turn_lam: float = 1.0,
-        token_gamma: float = 1.0,
-        token_lam: float = 1.0,
-        kl_coef: float = 0.0,
-        all_reduce: Callable[[Tensor], Tensor] | None = None,
-        window_bootstrap: bool = True,
-    ) -> None:
-        """Advantages: the turn's group advantage on each response token (+ the KL penalty's return to the
-        response's end, discounted by ``token_gamma``). No critic, so no returns to fit (left at 0); episodes are
-        whole, so there is no window edge and ``window_bootstrap`` changes nothing."""
-        advantages = self.turn_advantages[:, :, None] * self.response_mask
-        if kl_coef > 0:
-            penalty = -kl_coef * (self.old_logprobs - self.ref_logprobs) * self.response_mask
-            advantages = advantages + discounted_reverse_cumsum(penalty, token_gamma) * self.response_mask
-        self.advantages = advantages.float()
-        self.returns.zero_()
 
     def state_dict(self) -> dict[str, object]:
         return {}  # every batch starts from fresh resets

@@ -21,57 +21,71 @@ from typing import Any
 import psutil  # accelerate's dependency
 import torch
 
-from verlog.models.loading import LoraSpec, load_tokenizer
-from verlog.models.prompts import prompt_builder
-from verlog.models.sources import resolve_model_path
-from verlog.models.weights import full_weights
-from verlog.ppo.batches import make_batches
-from verlog.ppo.build import build_models
-from verlog.ppo.config import Config
+from verlog.config import Config
+from verlog.evaluation.panel import panel_line, play_panel
+from verlog.models.loading import LoraSpec
+from verlog.models.prompts import PromptBuilder, prompt_builder
+from verlog.ppo.advantages import compute_advantages
+from verlog.ppo.build import load_learner, lora_spec, make_batches
+from verlog.ppo.checkpoints import TrainerCheckpoints
 from verlog.ppo.curriculum import Curriculum, stage_envs
-from verlog.ppo.panel import play_panel
-from verlog.ppo.rollout import score
+from verlog.ppo.rollout import score_batch
 from verlog.ppo.storage import TurnStorage
-from verlog.ppo.trainer_checkpoint import TrainerCheckpoints
 from verlog.ppo.update import ppo_update
-from verlog.ppo.watchdog import Watchdog
 from verlog.quiet import attach_run_log, detail
-from verlog.runkit.distributed import init_processes, merge_process_metrics, setup
+from verlog.runkit.distributed import (
+    from_main_process,
+    init_processes,
+    mean_over_processes,
+    setup,
+    sum_over_processes,
+)
 from verlog.runkit.faults import Diverged, Guard
 from verlog.runkit.folder import CONFIG_FILE, latest_checkpoint, mark_best, new_run_dir
 from verlog.runkit.logger import RunLogger, flat_hyperparameters, tracker_init_kwargs
-from verlog.runkit.samples import SampleWriter, TurnSample, pick_turns
-from verlog.sampling import Sampler, TransformersSampler, select_backend
+from verlog.runkit.samples import SampleWriter, decoded_samples, pick_turns
+from verlog.runkit.watchdog import Watchdog
 
 __all__ = ["Trainer"]
 
 
-class Trainer(TrainerCheckpoints):
+class Trainer:
     """Builds everything from a :class:`Config` (or resumes a run folder) and runs :meth:`train`."""
 
     def __init__(self, config: Config, *, resume: str | Path | None = None) -> None:
-        from accelerate.utils import broadcast_object_list, set_seed
-
         self.config = config
         algo = config.algo
         if not algo.critic:  # resolved once, so config.toml (and a resume) records the group size used
             algo.group_size = algo.groups_of(config.env.num_envs)
         if config.run.torch_threads:
             torch.set_num_threads(config.run.torch_threads)
-        env, model, ppo = config.env, config.model, config.ppo
-        lora = (
-            LoraSpec(model.lora_r, model.lora_alpha, list(model.lora_target_modules))
-            if model.lora_r
-            else None
-        )
+        lora = lora_spec(config.model)
+        self._start_processes(resume, lora)
+        learner = load_learner(config, self.dist, lora)
+        self.tokenizer, self.sampler = learner.tokenizer, learner.sampler
+        m = learner.models
+        self.actor, self.critic, self.reference = m.actor, m.critic, m.reference
+        self.reference_engine = m.reference_engine
+        self.actor_optimizer, self.critic_optimizer = m.actor_optimizer, m.critic_optimizer
+        backend, reason = learner.backend, learner.backend_reason
+        prompts = self._assemble()
+        if resume is None:
+            observations, infos = self.envs.reset()
+            self.storage.reset_first(self.rollout.first_prompts(observations, infos))
+        else:
+            self.checkpoints.resume()  # last: it restores the RNG states
+        self._open_run(backend, reason, prompts)
+
+    def _start_processes(self, resume: str | Path | None, lora: LoraSpec | None) -> None:
+        """The processes, the sizes that follow from their number, the run folder and the accelerators."""
+        config, ppo = self.config, self.config.ppo
         state = init_processes(config.run.collective_timeout)
         self.derived = config.derive(state.num_processes)
         if resume is None:
-            chosen = [
-                str(new_run_dir(config.run.output_dir, config.run.name)) if state.is_main_process else ""
-            ]
-            broadcast_object_list(chosen)
-            self.run_dir = Path(chosen[0])
+            main = state.is_main_process
+            self.run_dir = Path(
+                from_main_process(str(new_run_dir(config.run.output_dir, config.run.name)) if main else "")
+            )
         else:
             self.run_dir = Path(resume)
         attach_run_log(self.run_dir, state.process_index)  # the libraries' notices, out of the console
@@ -79,30 +93,14 @@ class Trainer(TrainerCheckpoints):
             max_grad_norm=ppo.max_grad_norm,
             project_dir=str(self.run_dir),
             log_with=config.run.trackers,
-            mixed_precision=model.mixed_precision,
+            mixed_precision=config.model.mixed_precision,
             reference_engine=ppo.kl_coef > 0 and lora is None,
         )
-        self.accelerator = accelerator = self.dist.actor
-        rank = accelerator.process_index
+        self.accelerator = self.dist.actor
 
-        resolved = [resolve_model_path(model, env) if accelerator.is_main_process else ""]
-        broadcast_object_list(resolved)  # the main process builds or converts it on first use
-        model.path = resolved[0]
-        set_seed(config.run.seed)  # fresh weights (value head, LoRA) start equal on every process
-        self.tokenizer = load_tokenizer(model.path)
-        backend, reason = select_backend(config.sampling.backend, accelerator.device, model.path)
-        vllm = self._vllm_sampler() if backend == "vllm" else None  # before the learner's models fill the GPU
-        self._build_models(lora)
-        set_seed(config.run.seed + rank)
-        self.sampler: Sampler = vllm or TransformersSampler(
-            self._unwrap(self.actor),
-            self.tokenizer,
-            max_new_tokens=config.prompt.max_response_tokens,
-            temperature=config.sampling.temperature,
-            top_p=config.sampling.top_p,
-            batch_size=config.sampling.batch_size,
-            synced_gpus=self.dist.zero3 and self.dist.num_processes > 1,
-        )
+    def _assemble(self) -> PromptBuilder:
+        """Curriculum, envs, watchdog, rollout and storage, counters and checkpoints; returns the prompts."""
+        config = self.config
         stages = config.curriculum
         self.curriculum = (
             Curriculum(stages.stages, threshold=stages.threshold, window=stages.window)
@@ -112,26 +110,40 @@ class Trainer(TrainerCheckpoints):
         self.envs = self._make_envs()
         self.watchdog = Watchdog(config.watchdog) if config.watchdog.enabled else None
         self.best_score = -math.inf  # the validation panel's best score so far
-        prompts = prompt_builder(self.tokenizer, config.prompt, env.id)
+        prompts = prompt_builder(self.tokenizer, config.prompt, config.env.id)
         self.rollout, self.storage = make_batches(
             config,
             self.envs,
             self.sampler,
             prompts,
             self.tokenizer.pad_token_id,
-            rank=rank,
+            rank=self.accelerator.process_index,
             world_size=self.derived.world_size,
             any_running=self._any_running if self.dist.lockstep else None,
         )
         self.update = 0
         self.global_step = 0
-        self.warmed_up = ppo.critic_warmup_iters == 0 or not algo.critic  # no critic, nothing to pre-train
+        # No critic, nothing to pre-train.
+        self.warmed_up = config.ppo.critic_warmup_iters == 0 or not config.algo.critic
         self.sample_rng = random.Random(config.run.seed)  # which turns go to samples.jsonl
-        if resume is None:
-            observations, infos = self.envs.reset()
-            self.storage.reset_first(self.rollout.first_prompts(observations, infos))
-        else:
-            self._resume()  # last: it restores the RNG states
+        self.checkpoints = TrainerCheckpoints(
+            self,
+            run_dir=self.run_dir,
+            dist=self.dist,
+            actor=self.actor,
+            critic=self.critic,
+            tokenizer=self.tokenizer,
+            config=config.run,
+            watchdog=self.watchdog,
+        )
+        return prompts
+
+    def _open_run(self, backend: str, reason: str, prompts: PromptBuilder) -> None:
+        """config.toml, trackers, samples file, logger (saying the setup: processes, precision, the sampler
+        ``backend`` and the ``reason`` for it), the guard and the panel's prompts: what the run writes to and
+        checks with, once its counters are known."""
+        config, accelerator = self.config, self.accelerator
+        algo, ppo = config.algo, config.ppo
         if accelerator.is_main_process:
             (self.run_dir / CONFIG_FILE).write_text(config.to_toml())
         # One tracker run per run folder (tensorboard writes under <run>/<project>/).
@@ -163,17 +175,12 @@ class Trainer(TrainerCheckpoints):
         self.guard = Guard(
             ppo, accelerator.device, self.logger.print
         )  # diverged weights, all-skipped updates
-        panel_env = config.panel.env_id or env.id
+        panel_env = config.panel.env_id or config.env.id
         self.panel_prompts = (
-            prompts if panel_env == env.id else prompt_builder(self.tokenizer, config.prompt, panel_env)
+            prompts
+            if panel_env == config.env.id
+            else prompt_builder(self.tokenizer, config.prompt, panel_env)
         )
-
-    def _build_models(self, lora: LoraSpec | None) -> None:
-        """Load and prepare actor, critic and reference (:func:`verlog.ppo.build.build_models`)."""
-        m = build_models(self.dist, self.config, lora)
-        self.actor, self.critic, self.reference = m.actor, m.critic, m.reference
-        self.reference_engine = m.reference_engine
-        self.actor_optimizer, self.critic_optimizer = m.actor_optimizer, m.critic_optimizer
 
     def _rebuild_envs(self) -> None:
         """New envs at the curriculum's current stage, in place of the old ones (the rollout's too)."""
@@ -201,15 +208,6 @@ class Trainer(TrainerCheckpoints):
     def _any_running(self, running: bool) -> bool:
         """Whether any process still has an episode to play (collective generation keeps them in step)."""
         return self._all_reduce(torch.tensor([float(running)])).item() > 0
-
-    def _vllm_sampler(self) -> Sampler:
-        from verlog.sampling.vllm import VLLMSampler, own_cores
-
-        device, state = self.accelerator.device, self.accelerator.state
-        if device.type == "cpu":  # one engine per process: each on its own cores
-            own_cores(state.local_process_index, state.num_processes if state.num_processes > 1 else 1)
-        weights = lambda: full_weights(self._unwrap(self.actor), self.dist.gathered, buffers=False)  # noqa: E731
-        return VLLMSampler.from_config(self.config, self.tokenizer, weights, device, state.process_index)
 
     def _guarded(self) -> dict[str, torch.nn.Module | None]:
         """The models whose weights :class:`~verlog.runkit.faults.Guard` checks (no critic: critic-free algos)."""
@@ -275,15 +273,11 @@ class Trainer(TrainerCheckpoints):
                 self.samples.close()
 
     def _panel(self) -> dict[str, float]:
-        """Play the validation panel on the current weights (:mod:`verlog.ppo.panel`); one console line."""
+        """Play the validation panel on the current weights (:mod:`verlog.evaluation.panel`); one console line."""
         self.sampler.update_weights()
         metrics = play_panel(self.config, self.sampler, self.panel_prompts)
         self.sampler.offload()
-        self.logger.print(
-            f"panel @{self.update}: success {metrics['eval/success']:.2f} ± {metrics['eval/success_se']:.2f}, "
-            f"score {metrics['eval/score']:.1f} ± {metrics['eval/score_se']:.1f}, invalid "
-            f"{metrics['eval/invalid_action_rate']:.2f} ({metrics['eval/episodes']:.0f} ep, {metrics['time/eval']:.1f}s)"
-        )
+        self.logger.print(panel_line(self.update, metrics))
         return metrics
 
     def _collapse(self, metrics: dict[str, float]) -> str | None:
@@ -310,11 +304,7 @@ class Trainer(TrainerCheckpoints):
         budget = 60.0 * self.config.run.max_minutes
         if not budget:
             return False
-        from accelerate.utils import broadcast_object_list
-
-        stop = [time.perf_counter() - started + last_update_s > budget]
-        broadcast_object_list(stop)
-        return bool(stop[0])
+        return bool(from_main_process(time.perf_counter() - started + last_update_s > budget))
 
     def _apply_actor_lr(self) -> None:
         """Set the actor's rate before each update (the only place the actor trains): the schedule with the
@@ -328,8 +318,8 @@ class Trainer(TrainerCheckpoints):
         return self.config.ppo.actor_lr_after(self.update) * scale
 
     def train_update(self) -> dict[str, float]:
-        """One update: collect, score, returns, PPO, then slot T becomes slot 0."""
-        cfg, ppo = self.config, self.config.ppo
+        """One update: collect, score, advantages, PPO, then slot T becomes slot 0."""
+        cfg = self.config
         start = time.perf_counter()
         self._apply_actor_lr()  # the schedule's rate for this update
         self.sampler.update_weights()
@@ -342,15 +332,7 @@ class Trainer(TrainerCheckpoints):
         metrics["charts/actor_lr"] = self.actor_lr_now()
         self.sampler.offload()
         metrics.update(self._score(self.storage, logprobs=True))
-        self.storage.compute_returns(
-            turn_gamma=ppo.turn_gamma,
-            turn_lam=ppo.turn_lam,
-            token_gamma=ppo.token_gamma,
-            token_lam=ppo.token_lam,
-            kl_coef=ppo.kl_coef,
-            all_reduce=self._all_reduce,
-            window_bootstrap=ppo.window_bootstrap,
-        )
+        metrics.update(compute_advantages(self.storage, cfg, all_reduce=self._all_reduce))
         clock = time.perf_counter()
         metrics.update(self._ppo(self.storage, train_actor=True))
         metrics["time/update"] = time.perf_counter() - clock
@@ -391,15 +373,10 @@ class Trainer(TrainerCheckpoints):
             metrics = dict(collected) if iteration == 1 else {}
             # The actor has not moved, so it equals the reference: the KL reward is 0 and log-probs are unused.
             metrics.update(self._score(storage, logprobs=False))
-            storage.compute_returns(
-                turn_gamma=ppo.turn_gamma,
-                turn_lam=ppo.turn_lam,
-                token_gamma=ppo.token_gamma,
-                token_lam=ppo.token_lam,
-                window_bootstrap=ppo.window_bootstrap,
-            )
+            compute_advantages(storage, self.config, kl_coef=0.0)  # the critic's targets
             clock = time.perf_counter()
-            metrics.update(self._ppo(storage, train_actor=False, limit=self.derived.warmup_sample_turns))
+            limit = self.derived.warmup_sample_turns
+            metrics.update(self._ppo(storage, train_actor=False, limit=limit))
             metrics.update({"time/update": time.perf_counter() - clock, "warmup/iteration": float(iteration)})
             counts = self.rollout.episode_counts if iteration == 1 else {}
             self.logger.log(self._mean_over_processes(metrics, counts), step=self.global_step, advance=False)
@@ -407,47 +384,94 @@ class Trainer(TrainerCheckpoints):
         self.storage.load_state_dict(storage.state_dict())
         self.warmed_up = True
 
+    # ------------------------------------------------------------------ checkpoints
+    def save(self) -> Path:
+        """A checkpoint of the run (:class:`~verlog.ppo.checkpoints.TrainerCheckpoints`), said on the console."""
+        clock = time.perf_counter()
+        path = self.checkpoints.save()
+        self.logger.print(f"checkpoint {path} ({time.perf_counter() - clock:.1f}s)")
+        return path
+
+    def _roll_back(self, reason: str) -> None:
+        """Back to the newest good checkpoint with a lower actor learning rate (or :class:`Collapsed`)."""
+        at = self.update
+        path = self.checkpoints.roll_back(reason)  # raises Collapsed past watchdog.max_rollbacks
+        dog, most = self.checkpoints.watchdog, self.config.watchdog.max_rollbacks
+        self.logger.print(
+            f"watchdog: {reason} at update {at}: rolled back to checkpoint {path.name}, actor lr "
+            f"{self.actor_lr_now():g} (x{dog.lr_scale:g}; rollback {dog.rollbacks} of {most})"
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint holds of the run besides weights, optimisers and RNG states (the
+        :class:`~verlog.ppo.checkpoints.Checkpointed` interface)."""
+        return {
+            "update": self.update,
+            "global_step": self.global_step,
+            "warmed_up": self.warmed_up,
+            "storage": self.storage.state_dict(),
+            "rollout": self.rollout.state_dict(),
+            "prompt_cuts": self.rollout.prompts.cuts,
+            "sample_rng": self.sample_rng.getstate(),
+            "curriculum": self.curriculum.state_dict() if self.curriculum else None,
+            "watchdog": self.watchdog.state_dict() if self.watchdog else None,
+        }
+
+    def load_state_dict(self, state: dict[str, Any], env_states: list[Any]) -> None:
+        """Put :meth:`state_dict`'s state back: the curriculum's stage and its envs first, then each env's
+        episode (replayed), the storage, the rollout and the counters."""
+        if self.curriculum is not None and state.get("curriculum"):
+            self.curriculum.load_state_dict(state["curriculum"])
+            self._rebuild_envs()
+        if len(env_states) != self.envs.num_envs:
+            raise ValueError(
+                f"the checkpoint holds {len(env_states)} env states for {self.envs.num_envs} sub-envs"
+            )
+        self.envs.set_attr("replay_state", env_states)  # replays each sub-env's episode (seed + actions)
+        self.storage.load_state_dict(state["storage"])
+        self.rollout.load_state_dict(state["rollout"])
+        self.update = state["update"]
+        self.global_step = state["global_step"]
+        self.warmed_up = state["warmed_up"]
+        self.rollout.prompts.cuts = state["prompt_cuts"]
+        version, internal, gauss = state["sample_rng"]
+        self.sample_rng.setstate((version, tuple(internal), gauss))
+        if self.watchdog is not None and state.get("watchdog"):
+            self.watchdog.load_state_dict(state["watchdog"])
+
+    def env_states(self) -> list[Any]:
+        return list(self.envs.call("replay_state"))
+
     # ------------------------------------------------------------------ pieces
     def _write_samples(self, turns: list[dict[str, Any]]) -> None:
         """Keep a few turns per env family, with their prompts decoded, in samples.jsonl and tracker tables."""
         if self.samples is None:
             return
         picked = pick_turns(turns, self.config.run.samples_per_family, self.sample_rng)
-        records = []
-        for turn in picked:
-            prompt = self.tokenizer.decode(turn.pop("prompt_ids"))
-            records.append(
-                TurnSample(update=self.update, global_step=self.global_step, prompt=prompt, **turn)
-            )
+        records = decoded_samples(
+            picked, self.tokenizer.decode, update=self.update, global_step=self.global_step
+        )
         self.samples.write_many(records)
         self.logger.log_samples(records, step=self.global_step)
 
     def _score(self, storage: TurnStorage, *, logprobs: bool) -> dict[str, float]:
-        clock = time.perf_counter()
-        reuse = logprobs and self.config.ppo.reuse_sampler_logprobs
-        score(
+        return score_batch(
             storage,
-            actor=self._unwrap(self.actor) if logprobs and not reuse else None,
+            actor=self._unwrap(self.actor),
             critic=None if self.critic is None else self._unwrap(self.critic),
-            reference=self.reference if logprobs else None,
+            reference=self.reference,
+            logprobs=logprobs,
+            reuse_sampler_logprobs=self.config.ppo.reuse_sampler_logprobs,
             temperature=self.config.sampling.temperature,
             max_tokens=self.config.ppo.micro_batch_tokens,
             device=self.accelerator.device,
             common_count=self.dist.common_count if self.dist.lockstep else None,
         )
-        if reuse:  # the weights have not moved since sampling: the sampler's log-probs are the old ones
-            storage.old_logprobs.copy_(storage.sampler_logprobs)
-        metrics = {"time/score": time.perf_counter() - clock}
-        metrics.update(
-            storage.score_metrics(
-                values=self.critic is not None,
-                old_logprobs=logprobs and not reuse,
-                reference=logprobs and not reuse and self.reference is not None,
-            )
-        )
-        return metrics
 
     def _ppo(self, storage: TurnStorage, *, train_actor: bool, limit: int | None = None) -> dict[str, float]:
+        """The PPO update over the storage: ``ppo.num_minibatches`` steps per epoch, or, over a ``limit`` of
+        turns (critic pre-training's sample), as many steps as the minibatches of that many turns."""
+        count = self.config.ppo.num_minibatches if limit is None else limit // self.derived.minibatch_turns
         return ppo_update(
             storage,
             actor=self.actor,
@@ -457,7 +481,7 @@ class Trainer(TrainerCheckpoints):
             accelerator=self.dist.actor,
             critic_accelerator=self.dist.critic,
             config=self.config.ppo,
-            minibatch_size=self.derived.minibatch_turns,
+            num_minibatches=count,
             temperature=self.config.sampling.temperature,
             train_actor=train_actor,
             limit=limit,
@@ -469,16 +493,8 @@ class Trainer(TrainerCheckpoints):
         return int(self._all_reduce(torch.tensor([float(self.rollout.turns_played)])).item())
 
     def _all_reduce(self, tensor: torch.Tensor) -> torch.Tensor:
-        if self.accelerator.num_processes == 1:
-            return tensor
-        return self.accelerator.reduce(tensor.to(self.accelerator.device), reduction="sum").cpu()
+        return sum_over_processes(self.accelerator, tensor)
 
-    def _mean_over_processes(
-        self, metrics: dict[str, float], episode_counts: dict[str, int]
-    ) -> dict[str, float]:
+    def _mean_over_processes(self, metrics: dict[str, float], counts: dict[str, int]) -> dict[str, float]:
         metrics = {**metrics, "update": float(self.update), "global_step": float(self.global_step)}
-        if self.accelerator.num_processes == 1:
-            return metrics
-        from accelerate.utils import gather_object
-
-        return merge_process_metrics(gather_object([(metrics, episode_counts)]))
+        return mean_over_processes(self.accelerator, metrics, counts)

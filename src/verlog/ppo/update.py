@@ -1,4 +1,6 @@
-"""The PPO update: token-level clipped surrogate with dual clip, entropy bonus, clipped value loss.
+"""The PPO update: token-level clipped surrogate with dual clip, entropy bonus, clipped value loss. It reads
+the advantages and returns the estimator left in the storage (how those are computed:
+:mod:`verlog.ppo.advantages`).
 
 Losses are token means over each minibatch (Verlog's ``token-mean``): every micro-batch adds its token sums
 divided by the minibatch's token count, so gradient accumulation over micro-batches gives the same step as one
@@ -29,7 +31,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from verlog.ppo.config import PPOConfig
+from verlog.config import PPOConfig
 from verlog.ppo.forward import actor_logprobs, critic_values
 from verlog.ppo.storage import MicroBatch, TurnStorage
 
@@ -97,7 +99,7 @@ def ppo_update(
     critic_optimizer: torch.optim.Optimizer | None,
     accelerator: Any,
     config: PPOConfig,
-    minibatch_size: int,
+    num_minibatches: int,
     temperature: float = 1.0,
     train_actor: bool = True,
     limit: int | None = None,
@@ -107,7 +109,8 @@ def ppo_update(
 
     ``accelerator`` prepared the actor, ``critic_accelerator`` the critic (the same one unless DeepSpeed,
     which needs one per model). ``train_actor=False`` trains the critic alone (critic pre-training);
-    ``limit`` trains on a random subset of that many turns.
+    ``limit`` trains on a random subset of that many turns; each epoch cuts the turns into
+    ``num_minibatches`` minibatches (one optimiser step each).
     """
     accelerators = _Accelerators(accelerator, critic_accelerator or accelerator)
     metrics = {}
@@ -123,7 +126,7 @@ def ppo_update(
     for model in critics:
         model.train()
     for _ in range(config.epochs):
-        for minibatch in storage.minibatches(minibatch_size, config.micro_batch_tokens, limit=limit):
+        for minibatch in storage.minibatches(num_minibatches, config.micro_batch_tokens, limit=limit):
             count = sum(float(mb.batch.response_mask.sum()) for mb in minibatch)
             step_sums, finite = _accumulate(
                 minibatch, count, actor, critic, config, accelerators, temperature, train_actor

@@ -5,7 +5,9 @@
 - ``checkpoint`` and ``manifest``: atomic checkpoints with sha256 manifests, JSON and safetensors only;
 - ``samples``: the sampled-turn file; ``logger``: metrics.jsonl, trackers and the per-update console table;
 - ``launch``: the ``verlog launch`` command and what each launched process checks;
-- ``distributed``: process setup and collectives; ``faults``: diverged runs and skipped updates.
+- ``distributed``: process setup and collectives; ``faults``: diverged runs and skipped updates;
+- ``watchdog``: the collapse watchdog (a run's health, judged from its metrics) and where it rolls back to;
+- ``validate``: every check of a :class:`verlog.config.Config` before a run starts.
 
 It never imports :mod:`verlog.ppo` (the learner, a floor above); the learner, ``verlog eval`` and
 ``verlog report`` all use it. The quiet console (third-party output to the run's log) is :mod:`verlog.quiet`,

@@ -23,14 +23,55 @@ import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
-__all__ = ["SUMMED", "Distributed", "deepspeed_requested", "init_processes", "merge_process_metrics", "setup"]
+T = TypeVar("T")
+
+__all__ = [
+    "SUMMED",
+    "Distributed",
+    "deepspeed_requested",
+    "from_main_process",
+    "init_processes",
+    "mean_over_processes",
+    "merge_process_metrics",
+    "setup",
+    "sum_over_processes",
+]
 
 #: Metrics that are totals over processes rather than means.
 SUMMED = frozenset({"charts/episodes", "charts/generated_tokens", "charts/tokens_per_s", "env/prompt_cuts"})
+
+
+def from_main_process(value: T) -> T:
+    """The main process's ``value`` on every process (a collective call: each process passes its own, and
+    what the main process decided, a run folder or a stop, holds for all)."""
+    from accelerate.utils import broadcast_object_list
+
+    box = [value]
+    broadcast_object_list(box)
+    return box[0]
+
+
+def sum_over_processes(accelerator: Any, tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` summed over every process (a collective call), back on the CPU; one process: as it is."""
+    if accelerator.num_processes == 1:
+        return tensor
+    return accelerator.reduce(tensor.to(accelerator.device), reduction="sum").cpu()
+
+
+def mean_over_processes(
+    accelerator: Any, metrics: dict[str, float], episode_counts: dict[str, int]
+) -> dict[str, float]:
+    """This process's metrics merged with every other process's (:func:`merge_process_metrics`); a collective
+    call, so every process makes it. One process: the metrics as they are."""
+    if accelerator.num_processes == 1:
+        return metrics
+    from accelerate.utils import gather_object
+
+    return merge_process_metrics(gather_object([(metrics, episode_counts)]))
 
 
 def merge_process_metrics(parts: Sequence[tuple[dict[str, float], dict[str, int]]]) -> dict[str, float]:

@@ -157,6 +157,17 @@ def pick_turns(records: Sequence[R], per_family: int, rng: random.Random | Any |
     return [records[i] for i in sorted(chosen)]
 
 
+def decoded_samples(
+    turns: Iterable[dict[str, Any]], decode: Any, *, update: int, global_step: int
+) -> list[TurnSample]:
+    """Sampled-turn records of ``turns`` (dicts of :class:`TurnSample` fields with ``prompt_ids`` instead of the
+    prompt), their prompts decoded with ``decode``."""
+    return [
+        TurnSample(update=update, global_step=global_step, prompt=decode(turn.pop("prompt_ids")), **turn)
+        for turn in turns
+    ]
+
+
 def samples_table(
     records: Iterable[TurnSample | Mapping[str, Any]], max_chars: int | None = None
 ) -> tuple[list[str], list[list[Any]]]:

@@ -133,7 +133,7 @@ class VLLMSampler:
         device: torch.device | str,
         process_index: int = 0,
     ) -> VLLMSampler:
-        """The sampler a :class:`verlog.ppo.config.Config` asks for, on process ``process_index``."""
+        """The sampler a :class:`verlog.config.Config` asks for, on process ``process_index``."""
         s = config.sampling
         return cls(
             config.model.path,

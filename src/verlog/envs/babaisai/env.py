@@ -92,7 +92,7 @@ class BabaIsAIEnv(TextEnv):
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi", "rgb_array"], "render_fps": 4}
     actions: ClassVar[tuple[str, ...]] = ACTIONS
-    #: One worked turn per move. On 100 goto_win states (benchmarks/first_moves.py) SmolLM2's first answer token
+    #: One worked turn per move. On 100 goto_win states (benchmarks/probes/first_moves.py) SmolLM2's first answer token
     #: is a move 68 % of the time after the first example alone (54 % of that "right", its answer), 91 % after all
     #: four (52 % "down", the last one's answer): more valid answers, the same lean toward the last example's move.
     prompt_examples: ClassVar[tuple[tuple[str, str, str], ...]] = (

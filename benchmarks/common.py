@@ -1,0 +1,128 @@
+"""What more than one benchmark needs: the repository's folders, the machine record, a preset loaded as the
+learner loads it, the update records of a run, and the statistics the demonstrations judge by.
+
+Scripts import it as ``benchmarks.common`` (each runs as ``python -m benchmarks.<kind>.<name>`` from the
+repository root), so no script reaches another through ``sys.path``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "RANDOM_DIR",
+    "RESULTS",
+    "ROOT",
+    "load_preset",
+    "machine",
+    "mean_se",
+    "random_folder",
+    "random_key",
+    "update_records",
+    "window",
+]
+
+ROOT = Path(__file__).resolve().parents[1]
+#: Every benchmark's figures (JSON, and PNG plots), read by the documentation's tables.
+RESULTS = ROOT / "benchmarks" / "results"
+#: Random-agent evaluations, one folder per :func:`random_key`, reused by every demonstration.
+RANDOM_DIR = Path("runs") / "random"
+
+
+def machine() -> dict[str, Any]:
+    """The machine, with torch's version (imported here, so the record names it)."""
+    import torch  # noqa: F401  (loaded, so the machine record names its version)
+
+    from verlog.evaluation import output
+
+    return output.machine()
+
+
+def load_preset(parser: argparse.ArgumentParser, path: Path, overrides: Sequence[str]) -> Any:
+    """The preset with its overrides, derived and checked as ``agents/ppo.py`` checks it; a bad one ends the
+    script with the parser's one-line error before any model loads."""
+    from verlog.config import ConfigError, load_config
+    from verlog.runkit.validate import validate
+
+    try:
+        config = load_config(path, overrides)
+        validate(config)
+    except (ConfigError, OSError) as error:
+        parser.error(f"config: {error}")
+    return config
+
+
+def update_records(run_dir: Path) -> list[dict[str, Any]]:
+    """One record per update from ``metrics.jsonl``, read as the report reads it (critic warm-up lines dropped;
+    an update logged twice, as a resumed run does, keeps its later values)."""
+    from verlog.report.reading import WARMUP_KEY, read_metrics
+    from verlog.runkit.folder import METRICS_FILE
+
+    log = read_metrics(run_dir / METRICS_FILE)
+    return [r for r in log.records if WARMUP_KEY not in r and r.get("update")]
+
+
+def mean_se(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and standard error of the mean (sample std / sqrt(n), BALROG's) over the values that are not NaN;
+    NaN for what one value (the error) or none (both) cannot say."""
+    kept = [v for v in values if not math.isnan(v)]
+    if not kept:
+        return math.nan, math.nan
+    se = statistics.stdev(kept) / math.sqrt(len(kept)) if len(kept) > 1 else math.nan
+    return statistics.fmean(kept), se
+
+
+def window(records: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """Pooled success rate and its standard error over the episodes that ended in ``records``' updates
+    (``env/success`` weighted by ``charts/episodes``; SE sqrt(p (1 - p) / n))."""
+    successes = episodes = 0.0
+    for record in records:
+        n = record.get("charts/episodes") or 0.0
+        rate = record.get("env/success")
+        if n and rate is not None:
+            successes += rate * n
+            episodes += n
+    if not episodes:
+        return {"updates": len(records), "episodes": 0, "success": math.nan, "se": math.nan}
+    p = successes / episodes
+    return {
+        "updates": len(records),
+        "first_update": int(records[0]["update"]),
+        "last_update": int(records[-1]["update"]),
+        "episodes": int(round(episodes)),
+        "success": p,
+        "se": math.sqrt(p * (1.0 - p) / episodes),
+    }
+
+
+def random_key(
+    env_id: str,
+    env_kwargs: dict[str, Any],
+    memory: str,
+    memory_kwargs: dict[str, Any],
+    episodes: int,
+    seed: int,
+) -> dict[str, Any]:
+    """What decides the random agent's evaluation. It seeds itself per episode from the episode's seed, so how
+    many envs play at once does not change it; no model, prompt or decoding takes part."""
+    return {
+        "agent": "random",
+        "env_id": env_id,
+        "env_kwargs": dict(env_kwargs),
+        "memory": memory,
+        "memory_kwargs": dict(memory_kwargs),
+        "episodes": episodes,
+        "seed": seed,
+    }
+
+
+def random_folder(key: dict[str, Any]) -> Path:
+    """``runs/random/<digest of the key>``: the same key finds the same evaluation."""
+    return RANDOM_DIR / hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:12]

@@ -1,0 +1,138 @@
+"""What each turn-level piece buys on long episodes: the Crafter demonstration with one piece taken out at a time.
+
+    nox -s ablation_crafter                                   # every variant x seeds 1 2, missing cells only
+    python -m benchmarks.demos.ablation_crafter [--seeds 1 2] [--variants verlog grpo] [--turns 40960] [--table]
+
+Variants (``learn_crafter.ABLATION``), each trained from the same preset for the same number of turns played
+(``run.total_turns``, critic pre-training's turns included) and judged on the same held-out episodes:
+
+- ``verlog``: the preset as it is (window-edge bootstrap, critic pre-training, dual-discount GAE);
+- ``no-bootstrap``: an episode still running at the batch end gets 0 for the value after the cut
+  (``ppo.window_bootstrap = false``), as a trainer does that treats a batch end as an episode end;
+- ``no-warmup``: no critic pre-training (``ppo.critic_warmup_batches = 0``);
+- ``grpo``: critic-free GRPO in groups of 8 envs sharing a seed, which must play whole episodes (up to the
+  2,000-step cap) before it can update;
+- ``entropy``: the base with an entropy bonus of 0.01, which is the demonstration's preset.
+
+Every cell runs on the preset *without* its entropy bonus (``BASE``): the ablation was run first, and what its
+seeds showed (policies that stop moving and sleeping) is why the preset has the bonus.
+
+Each cell is one ``learn_crafter.py --variant V --seed S`` run in a child process; a cell already in
+``benchmarks/results/learn_crafter_ablation.json`` that played at least the turn budget is kept (``--force``
+reruns it).
+``--table`` only prints the table from the results file. The script exits 0 whichever way the results come out:
+an ablation is published as it falls.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import RESULTS, ROOT, mean_se
+from benchmarks.demos.learn_crafter import ABLATION, plot
+
+STEM = "learn_crafter_ablation"
+#: Every cell's base: the preset without its entropy bonus, as the ablation was first run (the bonus came after,
+#: from what the ablation's seeds showed); the bonus is the ``entropy`` row.
+BASE = ["ppo.entropy_coef=0.0"]
+
+
+def cells(path: Path) -> dict[tuple[str, int], dict[str, Any]]:
+    """The results file's entries by (variant, seed)."""
+    if not path.is_file():
+        return {}
+    return {(s["variant"], s["seed"]): s for s in json.loads(path.read_text())["seeds"]}
+
+
+def table(entries: dict[tuple[str, int], dict[str, Any]], variants: Sequence[str]) -> list[dict[str, Any]]:
+    """One row per variant: the trained return and progression averaged over its seeds (± SE over seeds when
+    there are several), the per-seed z over the untrained model, and the training time."""
+    rows = []
+    for variant in variants:
+        runs = [e for (v, _), e in sorted(entries.items()) if v == variant]
+        if not runs:
+            continue
+        ret, ret_se = mean_se([e["trained"]["return"] for e in runs])
+        prog, prog_se = mean_se([e["trained"]["progression"] for e in runs])
+        rows.append({
+            "variant": variant,
+            "seeds": [e["seed"] for e in runs],
+            "return": ret, "return_se": ret_se,
+            "progression": prog, "progression_se": prog_se,
+            "length": sum(e["trained"]["length"] for e in runs) / len(runs),
+            "z_return_over_untrained": [round(e["gains"]["return_over_untrained"]["z"], 1) for e in runs],
+            "z_return_over_random": [round(e["gains"]["return_over_random"]["z"], 1) for e in runs],
+            "passed": [e["passed"] for e in runs],
+            "turns": [e["turns"] for e in runs],
+            "updates": [e["updates"] for e in runs],
+            "train_min": [round((e["train_s"] or math.nan) / 60, 1) for e in runs],
+        })  # fmt: skip
+    return rows
+
+
+def print_table(rows: list[dict[str, Any]], untrained: dict[str, Any], random: dict[str, Any]) -> None:
+    print(f"{'variant':<13} {'return':>12} {'progr %':>12} {'length':>7} {'z vs random':>12} {'updates':>9}")
+    for name, f in (("random", random), ("untrained", untrained)):
+        print(f"{name:<13} {f['return']:>6.2f} ± {f['return_se']:.2f} {100 * f['progression']:>6.1f} ± "
+              f"{100 * f['progression_se']:.1f} {f['length']:>7.0f}")  # fmt: skip
+    for r in rows:
+        print(
+            f"{r['variant']:<13} {r['return']:>6.2f} ± {r['return_se']:.2f} {100 * r['progression']:>6.1f} ± "
+            f"{100 * r['progression_se']:.1f} {r['length']:>7.0f} {str(r['z_return_over_random']):>12} "
+            f"{str(r['updates']):>9}"
+        )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--variants", nargs="+", choices=ABLATION, default=list(ABLATION))
+    parser.add_argument("--turns", type=int, default=40_960, help="turns played per run, every variant")
+    parser.add_argument("--force", action="store_true", help="rerun cells already in the results file")
+    parser.add_argument("--table", action="store_true", help="only print the table from the results file")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument(
+        "overrides", nargs="*", metavar="section.key=value", help="config overrides, every cell"
+    )
+    args = parser.parse_args(argv)
+    path = args.out / f"{STEM}.json"
+    if not args.table:
+        for variant in args.variants:
+            for seed in args.seeds:
+                done = cells(path).get((variant, seed))
+                if done and done["turns"] >= args.turns and not args.force:
+                    continue
+                command = [
+                    sys.executable, "-m", "benchmarks.demos.learn_crafter", "--variant", variant,
+                    "--seed", str(seed), "--stem", STEM, "--out", str(args.out),
+                    f"run.total_turns={args.turns}", "run.total_updates=100000", *BASE, *args.overrides,
+                ]  # fmt: skip
+                print(" ".join(command), flush=True)
+                subprocess.run(
+                    command, check=False, cwd=ROOT
+                )  # a variant that does not learn exits 1: still a result
+    entries = cells(path)
+    if not entries:
+        print(f"no results in {path}")
+        return 1
+    rows = table(entries, list(ABLATION))
+    any_entry = next(iter(entries.values()))
+    print_table(rows, any_entry["untrained"], any_entry["random"])
+    summary = json.loads(path.read_text())
+    summary["table"] = rows
+    path.write_text(json.dumps(summary, indent=2) + "\n")
+    plot(summary, path.with_suffix(".png"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

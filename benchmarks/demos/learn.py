@@ -1,0 +1,399 @@
+"""The learning demonstration: PPO from a tiny random model on BabyAI GoTo, on a CPU, and a check that it learns.
+
+    nox -s learn
+    python -m benchmarks.demos.learn [--config envs/learn.toml] [section.key=value ...]
+
+It trains the preset (``envs/learn.toml``: a tiny randomly initialised Qwen3 and a word-level tokenizer trained
+on the env's own text, seeded; see :func:`verlog.models.tiny.word_tokenizer`) with the ordinary
+:class:`~verlog.ppo.trainer.Trainer`, then reads the run's ``metrics.jsonl``. The success rate of the first and
+of the last 10% of updates pools the episodes that ended in those updates (``env/success`` weighted by ``charts/episodes``); its standard error is BALROG's
+population std / sqrt(n), here sqrt(p (1 - p) / n). The script prints both, writes the curve to
+``benchmarks/results/learn.png`` and the figures to ``benchmarks/results/learn.json``, and exits with status 1
+unless the last window beats the first by at least three standard errors of their difference
+(sqrt(SE_first^2 + SE_last^2)), with at least 10 episodes in each: a learner that does not learn fails it.
+
+Afterwards the initial model, the trained one and the random agent (``verlog eval random``: uniform over the
+env's valid actions) play the same 96 seeded episodes (base seed 0, ``verlog eval``'s), and the trained model
+must also beat both the initial model and random there by at least three standard errors of the difference:
+a model that learnt only to answer validly, and plays no better than chance, fails. ``--rejudge FILE`` plays
+random on the episodes a results file was judged on and writes the verdict under this rule again, keeping the
+figures it holds (and the old verdict, under ``verdict_before_random``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import math
+import shutil
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import (
+    RESULTS,
+    ROOT,
+    load_preset,
+    machine,
+    random_folder,
+    random_key,
+    update_records,
+    window,
+)
+from verlog.pipes import closed_pipe_ok
+from verlog.quiet import quiet_console
+from verlog.runkit.folder import CONFIG_FILE
+from verlog.tomlconfig import toml_value
+
+#: The demonstration must finish within this on the 2-core CPU it was tuned on (reported, not enforced).
+BUDGET_MIN = 30.0
+Z_REQUIRED = 3.0
+#: Fewer episodes than this in a window measure nothing (0 of 3 and 3 of 3 have zero standard error).
+MIN_EPISODES = 10
+#: Written into the run folder after training, so ``--run`` reports the time it took.
+WALL_FILE = "learn-wall.json"
+#: The base seed of the evaluation episodes (``verlog eval``'s default, which the figures before random used).
+EVAL_SEED = 0
+
+
+def compare(records: Sequence[dict[str, Any]], fraction: float = 0.1) -> dict[str, Any]:
+    """First vs last ``fraction`` of the updates: both windows, the gap and how many SEs it is."""
+    k = max(1, round(fraction * len(records)))
+    first, last = window(records[:k]), window(records[-k:])
+    gap = last["success"] - first["success"]
+    se = math.sqrt(first["se"] ** 2 + last["se"] ** 2)
+    z = gap / se if se > 0 else (math.inf if gap > 0 else -math.inf)
+    enough = min(first["episodes"], last["episodes"]) >= MIN_EPISODES
+    return {
+        "first": first,
+        "last": last,
+        "gap": gap,
+        "gap_se": se,
+        "z": z,
+        "passed": bool(enough and z >= Z_REQUIRED),
+    }
+
+
+def difference(after: float, after_se: float, before: float, before_se: float) -> dict[str, float]:
+    """``after - before`` and how many standard errors of the difference (sqrt(SE_a^2 + SE_b^2)) it is."""
+    gap = after - before
+    se = math.sqrt(before_se**2 + after_se**2)
+    z = gap / se if se > 0 else (math.inf if gap > 0 else -math.inf)
+    return {"gain": gap, "gain_se": se, "z": z}
+
+
+def judge_evaluation(evaluation: dict[str, dict[str, float]]) -> dict[str, Any]:
+    """The trained model against the initial one and against random on the same seeded episodes: both gains
+    must be at least ``Z_REQUIRED`` standard errors of the difference."""
+    trained = evaluation["trained"]
+    out: dict[str, Any] = {}
+    for name in ("initial", "random"):
+        other = evaluation[name]
+        out[f"vs_{name}"] = difference(trained["success"], trained["se"], other["success"], other["se"])
+    out["passed"] = bool(out["vs_initial"]["z"] >= Z_REQUIRED and out["vs_random"]["z"] >= Z_REQUIRED)
+    return out
+
+
+def _figures(summary: dict[str, Any], env_id: str) -> dict[str, float]:
+    task = summary["tasks"][env_id]
+    return {
+        "episodes": task["episodes"],
+        "success": task["success_rate"] / 100,
+        "se": task["success_se"] / 100,
+        "invalid_action_rate": task["invalid_action_rate"],
+        "mean_length": task["mean_length"],
+    }
+
+
+def play_random(
+    env_id: str,
+    env_kwargs: dict[str, Any],
+    memory: str,
+    memory_kwargs: dict[str, Any],
+    episodes: int,
+    seed: int,
+    num_envs: int,
+) -> tuple[dict[str, float], Path, bool]:
+    """The random agent's figures on those episodes, from ``runs/random/<key>`` when played before; else played
+    (in this process: no model, no sampler engine) and kept there. Returns (figures, folder, cached)."""
+    from verlog.evaluation import evaluate
+
+    key = random_key(env_id, env_kwargs, memory, memory_kwargs, episodes, seed)
+    folder = random_folder(key)
+    if (folder / "summary.json").is_file():
+        return _figures(json.loads((folder / "summary.json").read_text()), env_id), folder, True
+    partial = folder.with_name(folder.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    overrides = [f"env.memory={toml_value(memory)}", f"env.memory_kwargs={toml_value(dict(memory_kwargs))}"]
+    summary = evaluate(
+        "random", env_id, out=partial, episodes=episodes, seed=seed, num_envs=num_envs,
+        overrides=overrides, env_kwargs=dict(env_kwargs),
+    )  # fmt: skip
+    (partial / "key.json").write_text(json.dumps(key, indent=2, default=str) + "\n")
+    partial.replace(folder)  # only a finished evaluation is ever reused
+    return _figures(summary, env_id), folder, False
+
+
+def plot(records: Sequence[dict[str, Any]], result: dict[str, Any], path: Path, title: str) -> None:
+    """Success per update (episode-weighted, over a sliding window of 10% of the updates), the two windows
+    with their ± 1 SE bands, and the invalid-action rate."""
+    from matplotlib.figure import Figure
+
+    updates = [int(r["update"]) for r in records]
+    k = max(1, round(0.1 * len(records)))
+    smooth = []
+    for i in range(len(records)):
+        w = window(records[max(0, i - k + 1) : i + 1])
+        smooth.append(w["success"] if w["episodes"] >= MIN_EPISODES else math.nan)  # too few: no point
+    fig = Figure(figsize=(8, 4.8))
+    ax = fig.add_subplot()
+    ax.plot(updates, smooth, color="tab:blue", label=f"success (episodes of the last {k} updates)")
+    for name, color in (("first", "tab:red"), ("last", "tab:green")):
+        w = result[name]
+        xs = [w["first_update"], w["last_update"]]
+        ax.hlines(
+            w["success"], *xs, color=color, lw=3, label=f"{name} 10%: {w['success']:.3f} ± {w['se']:.3f}"
+        )
+        ax.fill_between(xs, w["success"] - w["se"], w["success"] + w["se"], color=color, alpha=0.25)
+    invalid = [r.get("env/invalid_action_rate") for r in records]
+    ax.plot(updates, invalid, color="grey", lw=0.8, alpha=0.7, label="invalid-action rate")
+    ax.set(xlabel="PPO update", ylabel="rate", ylim=(0, 1), title=title)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def evaluate_agents(config: Any, run_dir: Path, episodes: int) -> dict[str, dict[str, float]]:
+    """The same seeded episodes played by the initial model, by the run's last checkpoint (sampled at the
+    training temperature, with the run's prompts, memory and env settings), through ``verlog eval``, and by
+    the random agent (kept under ``runs/random/``)."""
+    from verlog.evaluation import evaluate
+
+    common = {
+        "suite": config.env.id,
+        "episodes": episodes,
+        "seed": EVAL_SEED,
+        "num_envs": config.env.num_envs,
+        "env_kwargs": dict(config.env.kwargs),
+        "config": run_dir / CONFIG_FILE,
+        "sample": True,
+    }
+    figures = {}
+    for name, agent in (("initial", config.model.path), ("trained", str(run_dir))):
+        summary = evaluate(agent, out=run_dir / f"eval-{name}", **common)
+        figures[name] = _figures(summary, config.env.id)
+    figures["random"] = play_random(
+        config.env.id, config.env.kwargs, config.env.memory, config.env.memory_kwargs, episodes, EVAL_SEED,
+        config.env.num_envs,
+    )[0]  # fmt: skip
+    return figures
+
+
+def rejudge(path: Path) -> dict[str, Any]:
+    """The results file ``path`` judged again under the rule with random: random plays the episodes its
+    initial and trained models played (its config's env, kwargs and memory, base seed :data:`EVAL_SEED`);
+    the figures already there stay, the old verdict is kept under ``verdict_before_random``."""
+    report = json.loads(path.read_text())
+    evaluation = report.get("evaluation")
+    if not evaluation:
+        raise SystemExit(f"{path} has no evaluation to judge against random")
+    env = report["config"]["env"]
+    episodes = evaluation["trained"]["episodes"]
+    if evaluation["initial"]["episodes"] != episodes:
+        raise SystemExit(f"{path}: the initial and trained models played different episodes")
+    evaluation["random"], _, _ = play_random(
+        env["id"], env["kwargs"], env["memory"], env["memory_kwargs"], episodes, EVAL_SEED, env["num_envs"]
+    )
+    report.setdefault("verdict_before_random", {"passed": report["passed"]})
+    window_passed = report.get("window_passed", report["verdict_before_random"]["passed"])
+    return _with_verdict(report, window_passed, evaluation)
+
+
+def _with_verdict(
+    report: dict[str, Any], window_passed: bool, evaluation: dict[str, dict[str, float]] | None
+) -> dict[str, Any]:
+    """``report`` with the evaluation's verdict and the overall one (the window rule, and the evaluation's
+    when it was played)."""
+    judged = judge_evaluation(evaluation) if evaluation else None
+    return {
+        **report,
+        "window_passed": window_passed,
+        "evaluation": evaluation,
+        "evaluation_verdict": judged,
+        "passed": bool(window_passed and (judged is None or judged["passed"])),
+    }
+
+
+def _print_evaluation(console: Any, evaluation: dict[str, dict[str, float]], judged: dict[str, Any]) -> None:
+    for name, figures in evaluation.items():
+        console.print(
+            f"evaluation, {name} {'agent' if name == 'random' else 'model'}, {figures['episodes']} seeded "
+            f"episodes{'' if name == 'random' else ' (sampled)'}: success "
+            f"[bold]{figures['success']:.3f} ± {figures['se']:.3f}[/bold], invalid actions "
+            f"{figures['invalid_action_rate']:.1f}%"
+        )
+    for name in ("initial", "random"):
+        d = judged[f"vs_{name}"]
+        console.print(
+            f"trained vs {name}: {d['gain']:+.3f} ± {d['gain_se']:.3f} = {d['z']:.1f} SE (need >= {Z_REQUIRED:g})"
+        )
+    mark = "[green]PASS[/green]" if judged["passed"] else "[red]FAIL[/red]"
+    console.print(f"evaluation: {mark}")
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The script's arguments (its docstring is the help)."""
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--config", type=Path, default=ROOT / "envs" / "learn.toml", help="preset")
+    parser.add_argument(
+        "--run", type=Path, default=None, help="check an existing run folder instead of training"
+    )
+    parser.add_argument("--out", type=Path, default=RESULTS, help="folder for learn.json and learn.png")
+    parser.add_argument(
+        "--eval-episodes",
+        type=int,
+        default=96,
+        metavar="N",
+        help="afterwards, play N seeded episodes with the initial and the trained model and random (0: skip, "
+        "and judge on the training windows alone)",
+    )
+    parser.add_argument(
+        "--rejudge",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="play random on the episodes a results file (learn.json) was judged on and rewrite its verdict "
+        "under the rule with random; no training",
+    )
+    parser.add_argument("overrides", nargs="*", metavar="section.key=value", help="config overrides")
+    return parser
+
+
+def _rejudge_file(path: Path, console: Any) -> int:
+    """``--rejudge FILE``: play random on the episodes the file was judged on and rewrite its verdict; 0 when it
+    passes."""
+    report = rejudge(path)
+    _print_evaluation(console, report["evaluation"], report["evaluation_verdict"])
+    mark = "[green]PASS[/green]" if report["passed"] else "[red]FAIL[/red]"
+    console.print(
+        f"training windows {'pass' if report['window_passed'] else 'FAIL'} ({report['z']:.1f} SE); "
+        f"overall {mark} (before random: {'pass' if report['verdict_before_random']['passed'] else 'FAIL'})"
+    )
+    path.write_text(json.dumps(report, indent=2) + "\n")
+    console.print(f"rewrote {path}")
+    return 0 if report["passed"] else 1
+
+
+def _train_or_read(
+    args: argparse.Namespace, parser: argparse.ArgumentParser, console: Any
+) -> tuple[Any, Path, float | None]:
+    """Train the preset (or, with ``--run``, read an existing run folder); returns (config, run folder, wall
+    seconds of the training, None when it is not known)."""
+    from verlog.config import load_config
+
+    started = time.perf_counter()
+    if args.run is None:
+        config = load_preset(parser, args.config, args.overrides)
+        from verlog.ppo.trainer import Trainer
+
+        if not Path(config.model.path).exists():
+            console.print(f"building the tiny model and its word-level tokenizer in {config.model.path}")
+        trainer = Trainer(config)
+        run_dir = trainer.run_dir
+        console.print(f"training {config.run.total_updates} updates into {run_dir}")
+        trainer.train()
+        wall: float | None = time.perf_counter() - started
+        (run_dir / WALL_FILE).write_text(json.dumps({"wall_s": wall}) + "\n")
+    else:
+        run_dir = args.run
+        config = load_config(run_dir / CONFIG_FILE)
+        wall = (
+            json.loads((run_dir / WALL_FILE).read_text())["wall_s"]
+            if (run_dir / WALL_FILE).is_file()
+            else None
+        )
+    return config, run_dir, wall
+
+
+def _print_windows(console: Any, result: dict[str, Any], wall: float | None, run_dir: Path) -> None:
+    """The first and last windows' success, their gap in standard errors, and the wall time."""
+    first, last = result["first"], result["last"]
+    console.print(
+        f"success, first 10% of updates ({first['updates']} updates, {first['episodes']} episodes): "
+        f"[bold]{first['success']:.3f} ± {first['se']:.3f}[/bold]"
+    )
+    console.print(
+        f"success, last 10% of updates  ({last['updates']} updates, {last['episodes']} episodes): "
+        f"[bold]{last['success']:.3f} ± {last['se']:.3f}[/bold]"
+    )
+    verdict = "[green]PASS[/green]" if result["passed"] else "[red]FAIL[/red]"
+    console.print(
+        f"gap {result['gap']:+.3f} ± {result['gap_se']:.3f} = {result['z']:.1f} standard errors "
+        f"(need >= {Z_REQUIRED:g}): {verdict}"
+    )
+    if wall is not None:
+        over = (
+            f" [yellow](over the {BUDGET_MIN:.0f}-minute budget)[/yellow]" if wall > 60 * BUDGET_MIN else ""
+        )
+        console.print(f"training wall time {wall / 60:.1f} min{over}, run folder {run_dir}")
+
+
+@closed_pipe_ok
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_intermixed_args(argv)
+    quiet_console()  # the libraries' notices go to the run's console.log, as in agents/ppo.py
+
+    from rich.console import Console
+
+    console = Console()
+    if args.rejudge is not None:
+        return _rejudge_file(args.rejudge, console)
+    config, run_dir, wall = _train_or_read(args, parser, console)
+    records = update_records(run_dir)
+    if not records:
+        console.print(f"[red]{run_dir} has no update in metrics.jsonl[/red]")
+        return 1
+    result = compare(records)
+    _print_windows(console, result, wall, run_dir)
+
+    evaluation = None
+    if args.eval_episodes:
+        evaluation = evaluate_agents(config, run_dir, args.eval_episodes)
+        _print_evaluation(console, evaluation, judge_evaluation(evaluation))
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    report = {
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "machine": {**machine(), "torch_threads": config.run.torch_threads or machine().get("torch_threads")},
+        "config_file": str(args.config) if args.run is None else str(run_dir / CONFIG_FILE),
+        "config": config.to_dict(),
+        "run_dir": str(run_dir),
+        "wall_s": wall,
+        "updates_s": sum(r.get("time/total") or 0.0 for r in records),
+        "updates": len(records),
+        "turns": int(records[-1].get("global_step", 0)),
+        "z_required": Z_REQUIRED,
+        **result,
+        "curve": [
+            {k: r.get(k) for k in ("update", "env/success", "charts/episodes", "env/invalid_action_rate")}
+            for r in records
+        ],
+    }
+    report = _with_verdict(report, result["passed"], evaluation)
+    (args.out / "learn.json").write_text(json.dumps(report, indent=2) + "\n")
+    title = f"PPO, tiny random model, {config.env.id.split('/')[-1]}: z = {result['z']:.1f}"
+    plot(records, result, args.out / "learn.png", title)
+    console.print(f"wrote {args.out / 'learn.json'} and {args.out / 'learn.png'}")
+    console.print(f"overall: {'[green]PASS[/green]' if report['passed'] else '[red]FAIL[/red]'}")
+    return 0 if report["passed"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
