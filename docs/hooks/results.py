@@ -320,10 +320,18 @@ def crafter_reading(name: str = "learn_crafter_ablation.json") -> str:
         gap = r["return"] - base["return"]
         se = math.sqrt((r.get("return_se") or 0.0) ** 2 + (base.get("return_se") or 0.0) ** 2)
         seeds = len(r["seeds"])
+        spread = bool(se) and math.isfinite(se)
+        verdict = ""
+        if spread:
+            verdict = (
+                " A difference beyond twice the seeds' spread."
+                if abs(gap) > 2 * se
+                else " Within twice the seeds' spread: no difference these seeds can show."
+            )
         lines.append(
             f"- {lead} the trained return was {r['return']:.2f} against {base['return']:.2f} "
-            f"({gap:+.2f}{f' ± {se:.2f} over seeds' if se and math.isfinite(se) else ''}; "
-            f"{seeds} seed{'s' if seeds > 1 else ''}, {', '.join(str(u) for u in r['updates'])} updates)."
+            f"({gap:+.2f}{f' ± {se:.2f} over seeds' if spread else ''}; "
+            f"{seeds} seed{'s' if seeds > 1 else ''}, {', '.join(str(u) for u in r['updates'])} updates).{verdict}"
         )
     return "\n".join(lines)
 
