@@ -344,10 +344,14 @@ def long_run(name: str = "long_run.json") -> str:
         ["training", _minutes(data.get("train_s")), "updates", data.get("updates")],
         ["resident memory, first fifth (median)", f"{mem['first_fifth_median_mb']:.0f} MB", "last fifth",
          f"{mem['last_fifth_median_mb']:.0f} MB ({100 * mem['growth']:+.1f} %)"],
+        ["resident memory, range", f"{mem['min_mb']:.0f}–{mem['max_mb']:.0f} MB", "least-squares slope",
+         f"{mem['slope_mb_per_hour']:+.0f} MB per hour"],
         ["episodes ended", f"{counts['episodes_ended']:.0f}", "truncated by the step limit",
          f"{counts['episodes_truncated']:.0f}"],
         ["prompts cut to fit", f"{counts['prompt_cuts']:.0f}", "episodes carried over a window edge (mean)",
          f"{counts['mean_episodes_running_at_window_edge']:.1f}"],
+        ["machine", f"{data['machine']['cpu_count']} cores, {data['machine']['cpu']}", "load average (start, end)",
+         " → ".join(f"{x:.1f}" for x in data.get("load_average", []))],
     ]  # fmt: skip
     return table(["", "", "", ""], rows)
 
