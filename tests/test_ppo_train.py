@@ -261,6 +261,11 @@ def test_a_crafter_rollout_unbatches_nested_infos(model_path: Path) -> None:
     assert storage.final_prompts and (storage.bad_masks == 0).any()
     # both were cut by the step limit (counted), and both play on past the batch end (bootstrapped)
     assert metrics["charts/episodes_truncated"] == 2 and metrics["charts/episodes_running"] == 2
+    # Crafter's prompts are long: the mean prompt a turn prefilled is logged beside the answer's length
+    lengths = [len(storage.prompts[t][n]) for t in range(3) for n in range(2)]
+    assert (
+        metrics["charts/prompt_tokens"] == pytest.approx(sum(lengths) / len(lengths)) and min(lengths) > 100
+    )
 
 
 def test_metrics_from_several_processes_weigh_episodes_by_count() -> None:

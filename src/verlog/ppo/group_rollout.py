@@ -130,7 +130,7 @@ class GroupRollout(Rollout):
         """Reset the envs in ``play`` (each from its seed) and play their episodes to the end or the turn cap;
         what those envs held in the storage before is replaced."""
         clock, episodes, samples = tally["clock"], tally["episodes"], tally["samples"]
-        for key in ("invalid", "tokens", "capped", "truncated", "reward", "turns"):
+        for key in ("invalid", "tokens", "prompt_tokens", "capped", "truncated", "reward", "turns"):
             tally.setdefault(key, 0)
         anchored, centre = ESTIMATORS[self.algo.advantage].anchors, self.algo.center_actions
         subenvs, K = list(self.envs.envs), storage.num_turns
@@ -154,6 +154,7 @@ class GroupRollout(Rollout):
             if not active:
                 continue  # an idle pass that only kept the collective generation in step
             tally["tokens"] += sum(len(ids) for ids in out.token_ids)
+            tally["prompt_tokens"] += sum(len(storage.prompts[t][n]) for n in active)
             tally["capped"] += sum(len(ids) >= storage.max_response_tokens for ids in out.token_ids)
             going: list[int] = []
             observations: list[str] = []

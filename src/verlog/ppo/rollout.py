@@ -64,7 +64,7 @@ class Rollout:
         """
         clock: dict[str, float] = defaultdict(float)
         episodes: dict[str, list[float]] = defaultdict(list)
-        invalid = tokens = 0
+        invalid = tokens = prompt_tokens = 0
         cuts_before = self.prompts.cuts
         rewards_total = 0.0
         capped = 0  # answers that ran to the token cap
@@ -72,6 +72,7 @@ class Rollout:
         for t in range(storage.num_turns):
             start = time.perf_counter()
             samples_out = self.sampler.generate(storage.prompts[t])
+            prompt_tokens += sum(len(ids) for ids in storage.prompts[t])
             clock["time/generate"] += time.perf_counter() - start
             tokens += sum(len(ids) for ids in samples_out.token_ids)
             capped += sum(len(ids) >= storage.max_response_tokens for ids in samples_out.token_ids)
@@ -123,6 +124,7 @@ class Rollout:
             "episodes": episodes,
             "turns": storage.num_turns * self.num_envs,
             "tokens": tokens,
+            "prompt_tokens": prompt_tokens,
             "capped": capped,
             "reward": rewards_total,
             "invalid": invalid,
@@ -143,6 +145,7 @@ class Rollout:
         turns = max(tally["turns"], 1)
         metrics["charts/episodes"] = float(len(episodes["env/success"]))  # resampled groups' included
         metrics["charts/response_tokens"] = tally["tokens"] / turns
+        metrics["charts/prompt_tokens"] = tally["prompt_tokens"] / turns  # what sampling and scoring prefill
         metrics["charts/capped_share"] = tally["capped"] / turns
         metrics["charts/generated_tokens"] = float(tally["tokens"])
         metrics["env/reward"] = tally["reward"] / turns
