@@ -11,8 +11,9 @@ import argparse
 import hashlib
 import json
 import math
+import shutil
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ __all__ = [
     "load_preset",
     "machine",
     "mean_se",
+    "cached_random",
     "random_folder",
     "random_key",
     "update_records",
@@ -126,3 +128,20 @@ def random_key(
 def random_folder(key: dict[str, Any]) -> Path:
     """``runs/random/<digest of the key>``: the same key finds the same evaluation."""
     return RANDOM_DIR / hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def cached_random(
+    key: dict[str, Any], play: Callable[[Path], dict[str, Any]], read: Callable[[Path], dict[str, Any]]
+) -> tuple[dict[str, Any], Path, bool]:
+    """The random agent's evaluation kept under :func:`random_folder`: ``read`` from there when played before,
+    else ``play`` into a partial folder that becomes the kept one only once finished (so an interrupted one is
+    never reused). Returns (figures, folder, cached)."""
+    folder = random_folder(key)
+    if (folder / "summary.json").is_file():
+        return read(folder), folder, True
+    partial = folder.with_name(folder.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    result = play(partial)
+    (partial / "key.json").write_text(json.dumps(key, indent=2, default=str) + "\n")
+    partial.replace(folder)
+    return result, folder, False

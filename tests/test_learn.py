@@ -103,21 +103,23 @@ def test_the_real_model_must_beat_random_too() -> None:
 def test_the_random_baseline_is_kept_per_task_episodes_and_seeds() -> None:
     """Random's evaluation is reused when the task, its kwargs, memory, episode count and base seed agree; the
     envs played at once are no part of the key (the agent seeds itself from each episode's seed)."""
+    from benchmarks import common
+
     real = _learn_real()
     args = ("verlog/BabyAI-GoTo-v0", {"room_size": 5}, "none", {}, 128, 10_000)
-    key = real.random_key(*args)
+    key = common.random_key(*args)
     assert key == {"agent": "random", "env_id": "verlog/BabyAI-GoTo-v0", "env_kwargs": {"room_size": 5},
                    "memory": "none", "memory_kwargs": {}, "episodes": 128, "seed": 10_000}  # fmt: skip
-    folder = real.random_folder(key)
+    folder = common.random_folder(key)
     assert folder.parent == Path("runs") / "random" and len(folder.name) == 12
-    assert real.random_folder(real.random_key(*args)) == folder  # the same key, the same folder
+    assert common.random_folder(common.random_key(*args)) == folder  # the same key, the same folder
     others = [
-        real.random_key("verlog/BabyAI-GoTo-v0", {"room_size": 6}, "none", {}, 128, 10_000),
-        real.random_key("verlog/BabyAI-GoTo-v0", {"room_size": 5}, "none", {}, 64, 10_000),
-        real.random_key("verlog/BabyAI-GoTo-v0", {"room_size": 5}, "none", {}, 128, 0),
-        real.random_key("verlog/BabaIsAI-v0", {"room_size": 5}, "none", {}, 128, 10_000),
+        common.random_key("verlog/BabyAI-GoTo-v0", {"room_size": 6}, "none", {}, 128, 10_000),
+        common.random_key("verlog/BabyAI-GoTo-v0", {"room_size": 5}, "none", {}, 64, 10_000),
+        common.random_key("verlog/BabyAI-GoTo-v0", {"room_size": 5}, "none", {}, 128, 0),
+        common.random_key("verlog/BabaIsAI-v0", {"room_size": 5}, "none", {}, 128, 10_000),
     ]
-    assert len({real.random_folder(k) for k in others} | {folder}) == 5
+    assert len({common.random_folder(k) for k in others} | {folder}) == 5
     command = real.random_command(*args[:4], Path("out"), 128, 10_000, 32)
     assert command[command.index("eval") + 1] == "random" and "--sample" not in command
     assert (

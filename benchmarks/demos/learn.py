@@ -26,7 +26,6 @@ import argparse
 import datetime as dt
 import json
 import math
-import shutil
 import sys
 import time
 from collections.abc import Sequence
@@ -36,9 +35,9 @@ from typing import Any
 from benchmarks.common import (
     RESULTS,
     ROOT,
+    cached_random,
     load_preset,
     machine,
-    random_folder,
     random_key,
     update_records,
     window,
@@ -121,20 +120,20 @@ def play_random(
     (in this process: no model, no sampler engine) and kept there. Returns (figures, folder, cached)."""
     from verlog.evaluation import evaluate
 
-    key = random_key(env_id, env_kwargs, memory, memory_kwargs, episodes, seed)
-    folder = random_folder(key)
-    if (folder / "summary.json").is_file():
-        return _figures(json.loads((folder / "summary.json").read_text()), env_id), folder, True
-    partial = folder.with_name(folder.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
     overrides = [f"env.memory={toml_value(memory)}", f"env.memory_kwargs={toml_value(dict(memory_kwargs))}"]
-    summary = evaluate(
-        "random", env_id, out=partial, episodes=episodes, seed=seed, num_envs=num_envs,
-        overrides=overrides, env_kwargs=dict(env_kwargs),
-    )  # fmt: skip
-    (partial / "key.json").write_text(json.dumps(key, indent=2, default=str) + "\n")
-    partial.replace(folder)  # only a finished evaluation is ever reused
-    return _figures(summary, env_id), folder, False
+
+    def play(partial: Path) -> dict[str, float]:
+        summary = evaluate(
+            "random", env_id, out=partial, episodes=episodes, seed=seed, num_envs=num_envs,
+            overrides=overrides, env_kwargs=dict(env_kwargs),
+        )  # fmt: skip
+        return _figures(summary, env_id)
+
+    return cached_random(
+        random_key(env_id, env_kwargs, memory, memory_kwargs, episodes, seed),
+        play,
+        lambda folder: _figures(json.loads((folder / "summary.json").read_text()), env_id),
+    )
 
 
 def plot(records: Sequence[dict[str, Any]], result: dict[str, Any], path: Path, title: str) -> None:

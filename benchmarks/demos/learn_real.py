@@ -57,9 +57,9 @@ from typing import Any
 from benchmarks.common import (
     RESULTS,
     ROOT,
+    cached_random,
     load_preset,
     machine,
-    random_folder,
     random_key,
     update_records,
 )
@@ -209,17 +209,15 @@ def random_baseline(
 ) -> tuple[dict, Path, bool]:
     """The random agent's evaluation on the judged episodes, from ``runs/random/<key>`` (:func:`random_key`)
     when played before; else played in a child process and kept there. Returns (figures, folder, cached)."""
-    key = random_key(env_id, env_kwargs, memory, memory_kwargs, episodes, seed)
-    folder = random_folder(key)
-    if (folder / "summary.json").is_file():
-        return figures(folder, env_id), folder, True
-    partial = folder.with_name(folder.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    command = random_command(env_id, env_kwargs, memory, memory_kwargs, partial, episodes, seed, num_envs)
-    result = evaluation(command, partial, env_id)
-    (partial / "key.json").write_text(json.dumps(key, indent=2, default=str) + "\n")
-    partial.replace(folder)  # only a finished evaluation is ever reused
-    return result, folder, False
+    return cached_random(
+        random_key(env_id, env_kwargs, memory, memory_kwargs, episodes, seed),
+        lambda partial: evaluation(
+            random_command(env_id, env_kwargs, memory, memory_kwargs, partial, episodes, seed, num_envs),
+            partial,
+            env_id,
+        ),
+        lambda folder: figures(folder, env_id),
+    )
 
 
 def verdict(before: dict[str, Any], after: dict[str, Any], random: dict[str, Any]) -> dict[str, Any]:
