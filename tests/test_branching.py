@@ -19,7 +19,9 @@ from verlog.models.prompts import PromptBuilder
 from verlog.models.tiny import build_tiny
 from verlog.ppo.advantages import branch_advantages, compute_advantages
 from verlog.ppo.build import make_batches
+from verlog.ppo.forward import actor_logprobs, collate
 from verlog.ppo.group_rollout import Brancher, GroupRollout, branch_width, offered_actions, try_actions
+from verlog.ppo.rollout import score
 from verlog.ppo.storage import GroupStorage
 from verlog.runkit.validate import validate
 from verlog.sampling import TransformersSampler
@@ -139,6 +141,26 @@ def test_a_branched_batch_stores_every_offered_action_from_each_played_state(wor
     assert gains and len(gains) < len(samples)  # the tiny model also answers garbage
     assert metrics["groups/branch_gain"] == pytest.approx(np.mean(gains), abs=1e-6)
     assert metrics["groups/branch_best_share"] == pytest.approx(np.mean(best))
+
+
+def test_scoring_runs_a_played_turn_s_prompt_once_for_it_and_its_branches(words_model_path: Path) -> None:
+    """The branches repeat their played turn's prompt: scoring groups them by prompt, and each row's old
+    log-probs are those it gets scored alone."""
+    rollout, storage, _ = _rollout(words_model_path, branch=True)
+    torch.manual_seed(0)
+    rollout.collect(storage)
+    shared = storage.shared_prompt_batches(storage.rows(), max_tokens=4096)
+    played = storage.active[:, :2]
+    assert sum(int(m.batch.prompt_ids.shape[0]) for m in shared) <= int(played.sum())  # one prompt per state
+    assert {row for m in shared for row in m.rows} == set(storage.rows())  # every branch shares its state's
+    actor = rollout.sampler.model
+    score(storage, actor=actor, critic=None, reference=None, temperature=1.0, max_tokens=4096, device="cpu")
+    pad = storage.pad_id
+    with torch.no_grad():
+        for t, n in storage.rows():
+            answer = storage.responses[t, n, : int(storage.response_lens[t, n])].tolist()
+            alone, _ = actor_logprobs(actor, collate([storage.prompts[t][n]], [answer], pad))
+            torch.testing.assert_close(storage.old_logprobs[t, n, : len(answer)], alone[0], atol=1e-5, rtol=0)
 
 
 def test_make_batches_gives_each_env_its_branch_columns(words_model_path: Path) -> None:

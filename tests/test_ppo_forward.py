@@ -12,7 +12,7 @@ from toy_env import TOY_ID
 from verlog.models.loading import load_models
 from verlog.models.prompts import PromptBuilder, PromptTooLong
 from verlog.models.tiny import build_tiny
-from verlog.ppo.forward import actor_logprobs, collate, critic_values
+from verlog.ppo.forward import actor_logprobs, collate, collate_shared, critic_values, shared_prompt_logprobs
 from verlog.sampling import TransformersSampler
 from verlog.sampling.base import shared_prefix_length
 
@@ -108,6 +108,63 @@ def test_packed_forward_matches_unpadded_rows(models) -> None:
             value_alone = models.critic(input_ids=ids).logits[0, p - 1 :, 0]
             torch.testing.assert_close(values[i, : len(responses[i]) + 1], value_alone, atol=1e-5, rtol=0)
     assert torch.isfinite(entropy).all() and (entropy > 0).all()
+
+
+def test_a_prefix_every_row_shares_runs_once_with_the_same_scores_and_gradients(models) -> None:
+    """``ppo.share_prompt_prefix``: the instruction every prompt starts with runs once per micro-batch; log-probs,
+    entropy, values and the gradients they send back are those of the rows run whole."""
+    head = list(range(5, 25))  # 20 shared tokens
+    prompts = [head + [30, 31, 32], head + [33], head + [34, 35, 36, 37, 38]]
+    responses = [[40, 41, 42], [43], [44, 45]]
+    pad = models.tokenizer.pad_token_id
+    whole = collate(prompts, responses, pad)
+    split = collate(prompts, responses, pad, share_prefix=True)
+    assert whole.prefix_ids is None and split.prefix_ids is not None and split.prefix_ids.tolist() == head
+    assert split.input_ids.shape[1] == whole.input_ids.shape[1] - len(head)
+    assert collate(prompts[:1], responses[:1], pad, share_prefix=True).prefix_ids is None  # nothing to share
+    results = {}
+    for name, batch in (("whole", whole), ("split", split)):
+        models.actor.zero_grad()
+        models.critic.zero_grad()
+        logprobs, entropy = actor_logprobs(models.actor, batch, temperature=0.8, with_entropy=True)
+        values = critic_values(models.critic, batch)
+        mask = batch.response_mask
+        ((logprobs * mask).sum() + (entropy * mask).sum() + values[:, :-1].sum()).backward()
+        grads = [
+            p.grad.clone()
+            for m in (models.actor, models.critic)
+            for p in m.parameters()
+            if p.grad is not None
+        ]
+        results[name] = (logprobs * mask, entropy * mask, values, grads)
+    for a, b in zip(results["whole"][:3], results["split"][:3], strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
+    assert len(results["whole"][3]) == len(results["split"][3]) > 0
+    for a, b in zip(results["whole"][3], results["split"][3], strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+    models.actor.zero_grad()
+    models.critic.zero_grad()
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_answers_sharing_a_prompt_score_as_they_do_alone(models, temperature: float) -> None:
+    """A played turn and its branches repeat one prompt: running it once gives every answer its own log-probs."""
+    prompts = [[5, 6, 7], [8, 9, 10, 11, 12, 13]]
+    responses = [[20, 21, 22, 23], [24], [25, 26], [27], [28, 29, 30]]
+    owner = [0, 0, 1, 1, 0]
+    pad = models.tokenizer.pad_token_id
+    with torch.no_grad():
+        shared = shared_prompt_logprobs(
+            models.actor, collate_shared(prompts, responses, owner, pad), temperature
+        )
+        batch = collate([prompts[o] for o in owner], responses, pad)
+        alone = actor_logprobs(models.actor, batch, temperature)[0] * batch.response_mask
+    assert shared.shape == (5, 4)
+    torch.testing.assert_close(shared, alone, atol=1e-5, rtol=0)
+    with torch.no_grad():  # one-token answers only: the second pass feeds a token whose output is unused
+        ones = shared_prompt_logprobs(models.actor, collate_shared(prompts, [[24], [27]], [1, 0], pad))
+        expected, _ = actor_logprobs(models.actor, collate([prompts[1], prompts[0]], [[24], [27]], pad))
+    torch.testing.assert_close(ones, expected, atol=1e-5, rtol=0)
 
 
 def test_sampler_logprobs_match_the_actor_and_greedy_is_deterministic(models) -> None:

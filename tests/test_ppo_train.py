@@ -214,6 +214,31 @@ def test_critic_pretraining_moves_the_critic_only(tmp_path: Path, model_path: Pa
     trainer.logger.close()
 
 
+def test_sharing_the_prompt_prefix_trains_the_same_weights(tmp_path: Path, model_path: Path) -> None:
+    """``ppo.share_prompt_prefix`` changes how many tokens go through the models, not what they learn."""
+    weights = {}
+    for share in (False, True):
+        trainer = Trainer(
+            _config(
+                tmp_path / str(share),
+                model_path,
+                "run.seed=4",
+                f"ppo.share_prompt_prefix={str(share).lower()}",
+            )
+        )
+        assert trainer.storage.share_prefix is share
+        for _ in range(2):
+            trainer.train_update()
+        weights[share] = (_weights(trainer.actor), _weights(trainer.critic))
+        micro_batches = trainer.storage.micro_batches(trainer.storage.rows(), 512)
+        assert any(m.batch.prefix_ids is not None for m in micro_batches) is share  # the history's head
+        trainer.envs.close()
+        trainer.logger.close()
+    for whole, shared in zip(weights[False], weights[True], strict=True):
+        for key, value in whole.items():
+            torch.testing.assert_close(shared[key], value, atol=1e-5, rtol=1e-4, msg=key)
+
+
 def test_garbage_output_is_handled_and_counted(model_path: Path) -> None:
     models = load_models(str(model_path), with_reference=False)
     envs = verlog.make_vec(

@@ -223,6 +223,8 @@ class PPOConfig:
     """Passes over the batch per update."""
     micro_batch_tokens: int = 16384
     """Token budget of one forward pass (rows x padded length); gradients accumulate over micro-batches."""
+    share_prompt_prefix: bool = False
+    """Run the prompt prefix every row of a micro-batch shares (instruction, worked examples) once, not once per row, in scoring and in the update: the same scores and gradients up to float rounding, fewer tokens through the model (benchmarks/speed/prefix_update.py). Not with DeepSpeed across processes, whose forwards are collective."""
     actor_lr: float = 1e-6
     """Actor AdamW learning rate."""
     actor_lr_milestones: list[int] = field(default_factory=list)

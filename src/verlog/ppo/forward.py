@@ -6,6 +6,11 @@ columns. The actor's logits are computed only for those columns (``logits_to_kee
 are read at the same columns. Rollout scoring (old and reference log-probs, values) and the PPO update both
 go through :func:`collate`, :func:`actor_logprobs` and :func:`critic_values`.
 
+Rows that repeat one prompt (a played turn and its one-step branches) can be scored with that prompt run once:
+:func:`collate_shared` packs the distinct prompts and the answers that continue them, and
+:func:`shared_prompt_logprobs` runs the prompts, copies their key/value cache to each answer's row and runs
+only the answers on top. Same log-probs, a fraction of the compute when the answers are short.
+
 Where the models come from and how they are loaded is :mod:`verlog.models`.
 """
 
@@ -13,11 +18,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-__all__ = ["Batch", "actor_logprobs", "collate", "critic_values"]
+__all__ = [
+    "Batch",
+    "SharedBatch",
+    "actor_logprobs",
+    "collate",
+    "collate_shared",
+    "critic_values",
+    "shared_prompt_logprobs",
+]
 
 
 @dataclass
@@ -30,6 +44,9 @@ class Batch:
     response_ids: Tensor
     response_mask: Tensor  # float, 1 on real response tokens (EOS included)
     prompt_len: int
+    #: The leading prompt tokens every row shares, run once for the batch (``ppo.share_prompt_prefix``); the
+    #: rows then hold only what follows it. None: every row holds its whole prompt.
+    prefix_ids: Tensor | None = None
 
     @property
     def response_len(self) -> int:
@@ -43,11 +60,31 @@ class Batch:
             self.response_ids.to(device),
             self.response_mask.to(device),
             self.prompt_len,
+            None if self.prefix_ids is None else self.prefix_ids.to(device),
         )
 
 
-def collate(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], pad_id: int) -> Batch:
-    """Pack rows as left-padded prompt + right-padded response; an empty response scores the prompt only."""
+#: A common prefix shorter than this is not worth a second forward pass.
+MIN_SHARED_PREFIX = 16
+
+
+def collate(
+    prompts: Sequence[Sequence[int]],
+    responses: Sequence[Sequence[int]],
+    pad_id: int,
+    share_prefix: bool = False,
+) -> Batch:
+    """Pack rows as left-padded prompt + right-padded response; an empty response scores the prompt only.
+
+    ``share_prefix``: the tokens all prompts start with (the instruction, the worked examples) go into
+    ``prefix_ids``, run once, and the rows keep the rest (when at least :data:`MIN_SHARED_PREFIX` are shared)."""
+    from verlog.sampling.base import shared_prefix_length
+
+    shared = shared_prefix_length(prompts) if share_prefix else 0
+    if shared < MIN_SHARED_PREFIX:
+        shared = 0
+    prefix = torch.as_tensor(list(prompts[0][:shared]), dtype=torch.long) if shared else None
+    prompts = [p[shared:] for p in prompts]
     rows = len(prompts)
     p_len = max(len(p) for p in prompts)
     r_len = max((len(r) for r in responses), default=0)
@@ -63,8 +100,38 @@ def collate(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]]
             input_ids[i, p_len : p_len + len(response)] = ids
             response_ids[i, : len(response)] = ids
             response_mask[i, : len(response)] = 1.0
-    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-    return Batch(input_ids, attention_mask, position_ids, response_ids, response_mask, p_len)
+    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0) + shared
+    return Batch(input_ids, attention_mask, position_ids, response_ids, response_mask, p_len, prefix)
+
+
+def _run(model: nn.Module, batch: Batch, **kwargs: Any) -> Any:
+    """The model over the batch; with a shared prefix, the prefix runs once and every row continues its cache
+    (a copy per row, through which the gradient of every row flows back into the one prefix pass)."""
+    if batch.prefix_ids is None:
+        return model(
+            input_ids=batch.input_ids,
+            attention_mask=batch.attention_mask,
+            position_ids=batch.position_ids,
+            use_cache=False,
+            **kwargs,
+        )
+    from transformers import DynamicCache
+
+    rows, shared = batch.input_ids.shape[0], batch.prefix_ids.shape[0]
+    cache = DynamicCache(config=model.config)
+    prefix = batch.prefix_ids[None]
+    model(input_ids=prefix, attention_mask=torch.ones_like(prefix), position_ids=torch.arange(shared, device=prefix.device)[None],
+          past_key_values=cache, use_cache=True, **({"logits_to_keep": 1} if "logits_to_keep" in kwargs else {}))  # fmt: skip
+    cache.batch_repeat_interleave(rows)
+    attention = torch.cat([batch.attention_mask.new_ones(rows, shared), batch.attention_mask], dim=-1)
+    return model(
+        input_ids=batch.input_ids,
+        attention_mask=attention,
+        position_ids=batch.position_ids,
+        past_key_values=cache,
+        use_cache=True,
+        **kwargs,
+    )
 
 
 def actor_logprobs(
@@ -72,13 +139,7 @@ def actor_logprobs(
 ) -> tuple[Tensor, Tensor | None]:
     """Log-probs ``[B, R]`` of the response tokens (and the full distribution's entropy) at ``temperature``."""
     r_len = batch.response_len
-    out = model(
-        input_ids=batch.input_ids,
-        attention_mask=batch.attention_mask,
-        position_ids=batch.position_ids,
-        logits_to_keep=r_len + 1,
-        use_cache=False,
-    )
+    out = _run(model, batch, logits_to_keep=r_len + 1)
     logits = out.logits[:, :r_len].float() / temperature  # column P-1+k predicts response token k
     log_norm = torch.logsumexp(logits, dim=-1)
     logprobs = logits.gather(-1, batch.response_ids.unsqueeze(-1)).squeeze(-1) - log_norm
@@ -90,11 +151,73 @@ def actor_logprobs(
 
 def critic_values(model: nn.Module, batch: Batch) -> Tensor:
     """Values ``[B, R + 1]``: slot k is V before response token k (slot 0 = the prompt's state value)."""
-    out = model(
-        input_ids=batch.input_ids,
-        attention_mask=batch.attention_mask,
-        position_ids=batch.position_ids,
-        use_cache=False,
-    )
+    out = _run(model, batch)
     values = out.logits[..., 0] if out.logits.dim() == 3 else out.logits
     return values[:, batch.prompt_len - 1 :].float()
+
+
+@dataclass
+class SharedBatch:
+    """Distinct prompts ``[G, P]`` (left-padded) and the answers ``[K, R]`` (right-padded) that continue them:
+    answer k continues prompt ``owner[k]``."""
+
+    prompt_ids: Tensor
+    prompt_mask: Tensor
+    response_ids: Tensor
+    response_mask: Tensor  # float, 1 on real response tokens
+    owner: Tensor
+
+    def to(self, device: torch.device | str) -> SharedBatch:
+        return SharedBatch(*(getattr(self, name).to(device) for name in self.__dataclass_fields__))
+
+
+def collate_shared(
+    prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], owner: Sequence[int], pad_id: int
+) -> SharedBatch:
+    """Pack distinct ``prompts`` and the ``responses`` continuing them (``owner[k]`` indexes ``prompts``)."""
+    rows, p_len = len(prompts), max(len(p) for p in prompts)
+    r_len = max(1, max((len(r) for r in responses), default=1))
+    prompt_ids = torch.full((rows, p_len), pad_id, dtype=torch.long)
+    prompt_mask = torch.zeros((rows, p_len), dtype=torch.long)
+    for i, prompt in enumerate(prompts):
+        prompt_ids[i, p_len - len(prompt) :] = torch.as_tensor(prompt, dtype=torch.long)
+        prompt_mask[i, p_len - len(prompt) :] = 1
+    response_ids = torch.full((len(responses), r_len), pad_id, dtype=torch.long)
+    response_mask = torch.zeros((len(responses), r_len))
+    for k, response in enumerate(responses):
+        response_ids[k, : len(response)] = torch.as_tensor(response, dtype=torch.long)
+        response_mask[k, : len(response)] = 1.0
+    return SharedBatch(
+        prompt_ids, prompt_mask, response_ids, response_mask, torch.as_tensor(owner, dtype=torch.long)
+    )
+
+
+def shared_prompt_logprobs(model: nn.Module, batch: SharedBatch, temperature: float = 1.0) -> Tensor:
+    """Log-probs ``[K, R]`` of each answer, equal to :func:`actor_logprobs` on its own row (up to float
+    rounding): the prompts run once, their cache is copied to each answer's row, the answers run on top.
+    Two forward passes whatever the answers' lengths (a one-token answer feeds one ignored token)."""
+    owner, r_len = batch.owner, batch.response_ids.shape[1]
+    out = model(
+        input_ids=batch.prompt_ids,
+        attention_mask=batch.prompt_mask,
+        position_ids=(batch.prompt_mask.cumsum(-1) - 1).clamp(min=0),
+        logits_to_keep=1,
+        use_cache=True,
+    )
+    cache = out.past_key_values
+    cache.batch_select_indices(owner)  # every answer's row gets its prompt's keys and values
+    fed = batch.response_ids[:, : max(1, r_len - 1)]  # the last answer token predicts nothing needed
+    lengths = batch.prompt_mask.sum(-1)[owner]
+    attention = torch.cat([batch.prompt_mask[owner], torch.ones_like(fed)], dim=-1)
+    rest = model(
+        input_ids=fed,
+        attention_mask=attention,
+        position_ids=lengths[:, None] + torch.arange(fed.shape[1], device=fed.device)[None],
+        past_key_values=cache,
+        use_cache=True,
+    )
+    logits = torch.cat([out.logits[owner, -1:], rest.logits[:, : r_len - 1]], dim=1).float() / temperature
+    logprobs = logits.gather(-1, batch.response_ids.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(
+        logits, dim=-1
+    )
+    return logprobs * batch.response_mask

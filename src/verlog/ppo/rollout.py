@@ -20,8 +20,8 @@ import torch
 from torch import nn
 
 from verlog.models.prompts import PromptBuilder
-from verlog.ppo.forward import Batch, actor_logprobs, collate, critic_values
-from verlog.ppo.storage import TurnStorage, pack_by_tokens
+from verlog.ppo.forward import Batch, actor_logprobs, collate, critic_values, shared_prompt_logprobs
+from verlog.ppo.storage import SharedMicroBatch, TurnStorage, pack_by_tokens
 from verlog.runkit.samples import family_of
 from verlog.sampling import Sampler
 from verlog.vector import sub_env_info
@@ -235,35 +235,52 @@ def score(
     max_tokens: int,
     device: Any,
     common_count: Callable[[int], int] | None = None,
+    share_prompts: bool = True,
 ) -> None:
     """Fill old/ref log-probs (when the models are given), token values, values and truncated values
     (when the critic is given: a critic-free estimator has none).
 
     ``common_count``: as in :func:`state_values`, for collective forward passes.
+
+    Rows that repeat a prompt (a played turn and its one-step branches) get their log-probs with the prompt run
+    once (:meth:`TurnStorage.shared_prompt_batches`; ``share_prompts=False`` runs every row whole, as a benchmark
+    compares), except under collective forward passes, where every process must run the same passes.
     """
-    micros = list(storage.micro_batches(storage.rows(), max_tokens))
+    rows = storage.rows()
+    scorers = [
+        (m, target)
+        for m, target in ((actor, storage.old_logprobs), (reference, storage.ref_logprobs))
+        if m is not None
+    ]
+    sharing = share_prompts and scorers and common_count is None
+    shared = storage.shared_prompt_batches(rows, max_tokens) if sharing else []
+    grouped = {row for micro in shared for row in micro.rows}
+    together = not grouped  # no repeated prompt: the critic and the actor read the same micro-batches
+    micros = list(storage.micro_batches(rows, max_tokens)) if critic is not None or together else []
     for _ in range(_padding(common_count, len(micros))):
         batch = _idle_batch(storage.pad_id, device)
         if critic is not None:
             critic_values(critic, batch)
-        for model in (actor, reference):
-            if model is not None:
-                actor_logprobs(model, batch, temperature)
+        for model, _target in scorers:
+            actor_logprobs(model, batch, temperature)
     for micro in micros:
         batch = micro.batch.to(device)
-        ts = torch.tensor([t for t, _ in micro.rows])
-        ns = torch.tensor([n for _, n in micro.rows])
+        ts, ns = _indices(micro.rows)
         r_len, mask = batch.response_len, batch.response_mask.cpu()
         if critic is not None:
             values = critic_values(critic, batch).cpu()
             storage.token_values[ts, ns] = 0.0
             storage.token_values[ts, ns, :r_len] = values[:, :r_len] * mask
             storage.values[ts, ns] = values[:, 0]
-        for model, target in ((actor, storage.old_logprobs), (reference, storage.ref_logprobs)):
-            if model is not None:
-                logprobs, _ = actor_logprobs(model, batch, temperature)
-                target[ts, ns] = 0.0
-                target[ts, ns, :r_len] = logprobs.cpu() * mask
+        for model, target in scorers if together else ():
+            logprobs, _ = actor_logprobs(model, batch, temperature)
+            target[ts, ns] = 0.0
+            target[ts, ns, :r_len] = logprobs.cpu() * mask
+    if not together:
+        lone = [row for row in rows if row not in grouped]
+        _score_logprobs(
+            storage, scorers, lone, shared, temperature=temperature, max_tokens=max_tokens, device=device
+        )
     if critic is None:
         return
     T = storage.num_turns
@@ -322,6 +339,37 @@ def score_batch(
         )
     )
     return metrics
+
+
+def _score_logprobs(
+    storage: TurnStorage,
+    scorers: list[tuple[nn.Module, torch.Tensor]],
+    lone: list[tuple[int, int]],
+    shared: list[SharedMicroBatch],
+    *,
+    temperature: float,
+    max_tokens: int,
+    device: Any,
+) -> None:
+    """Each scorer's log-probs into its target: ``lone`` rows packed as usual, ``shared`` ones a prompt once."""
+    for micro in storage.micro_batches(lone, max_tokens) if lone else ():
+        batch = micro.batch.to(device)
+        ts, ns = _indices(micro.rows)
+        for model, target in scorers:
+            logprobs, _ = actor_logprobs(model, batch, temperature)
+            target[ts, ns] = 0.0
+            target[ts, ns, : batch.response_len] = logprobs.cpu() * batch.response_mask.cpu()
+    for shared_micro in shared:
+        shared_batch = shared_micro.batch.to(device)
+        ts, ns = _indices(shared_micro.rows)
+        for model, target in scorers:
+            logprobs = shared_prompt_logprobs(model, shared_batch, temperature).cpu()
+            target[ts, ns] = 0.0
+            target[ts, ns, : logprobs.shape[1]] = logprobs
+
+
+def _indices(rows: Sequence[tuple[int, int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.tensor([t for t, _ in rows]), torch.tensor([n for _, n in rows])
 
 
 def _padding(common_count: Callable[[int], int] | None, count: int) -> int:

@@ -28,9 +28,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from verlog.ppo.forward import Batch, collate
+from verlog.ppo.forward import Batch, SharedBatch, collate, collate_shared
 
-__all__ = ["Episode", "GroupStorage", "MicroBatch", "TurnStorage", "pack_by_tokens"]
+__all__ = ["Episode", "GroupStorage", "MicroBatch", "SharedMicroBatch", "TurnStorage", "pack_by_tokens"]
 
 
 @dataclass
@@ -53,6 +53,14 @@ class MicroBatch:
             self.returns.to(device),
             self.old_values.to(device),
         )
+
+
+@dataclass
+class SharedMicroBatch:
+    """Rows ``(t, n)`` whose prompts repeat, packed so each distinct prompt runs once (``batch.owner``)."""
+
+    rows: list[tuple[int, int]]
+    batch: SharedBatch
 
 
 def pack_by_tokens(sizes: Sequence[tuple[int, int]], max_tokens: int) -> list[list[int]]:
@@ -80,6 +88,8 @@ class TurnStorage:
     def __init__(self, num_turns: int, num_envs: int, max_response_tokens: int, pad_id: int) -> None:
         T, N, R = num_turns, num_envs, max_response_tokens
         self.num_turns, self.num_envs, self.max_response_tokens, self.pad_id = T, N, R, pad_id
+        #: Micro-batches run the prompt prefix all their rows share once (``ppo.share_prompt_prefix``).
+        self.share_prefix = False
         #: The columns whose answers the sampler gave (the rest, if any, are one-step branches it never sampled).
         self.sampled_columns = N
         self.prompts: list[list[list[int]]] = [[[] for _ in range(N)] for _ in range(T + 1)]
@@ -180,6 +190,12 @@ class TurnStorage:
             metrics["charts/kl_to_reference"] = float(kl.sum() / tokens)
         return metrics
 
+    def like(self, num_turns: int) -> TurnStorage:
+        """An empty storage of ``num_turns`` turns for the same envs and settings (critic pre-training's)."""
+        storage = TurnStorage(num_turns, self.num_envs, self.max_response_tokens, self.pad_id)
+        storage.share_prefix = self.share_prefix
+        return storage
+
     def rows(self) -> list[tuple[int, int]]:
         return [(t, n) for t in range(self.num_turns) for n in range(self.num_envs)]
 
@@ -188,6 +204,29 @@ class TurnStorage:
         sizes = [(len(self.prompts[t][n]), int(self.response_lens[t, n])) for t, n in rows]
         for group in pack_by_tokens(sizes, max_tokens):
             yield self._micro_batch([rows[i] for i in group])
+
+    def shared_prompt_batches(
+        self, rows: Sequence[tuple[int, int]], max_tokens: int
+    ) -> list[SharedMicroBatch]:
+        """The ``rows`` whose prompt another row repeats (a played turn and its one-step branches), grouped by
+        prompt and packed by the token budget, each prompt counted once; rows with a prompt of their own are
+        left out (:meth:`micro_batches` packs those)."""
+        groups: dict[tuple[int, ...], list[tuple[int, int]]] = {}
+        for t, n in rows:
+            groups.setdefault(tuple(self.prompts[t][n]), []).append((t, n))
+        repeated = [members for members in groups.values() if len(members) > 1]
+        sizes = [
+            (len(self.prompts[m[0][0]][m[0][1]]), sum(int(self.response_lens[t, n]) for t, n in m))
+            for m in repeated
+        ]
+        batches = []
+        for pack in pack_by_tokens(sizes, max_tokens):
+            members = [row for i in pack for row in repeated[i]]
+            owner = [j for j, i in enumerate(pack) for _ in repeated[i]]
+            prompts = [self.prompts[repeated[i][0][0]][repeated[i][0][1]] for i in pack]
+            answers = [self.responses[t, n, : int(self.response_lens[t, n])].tolist() for t, n in members]
+            batches.append(SharedMicroBatch(members, collate_shared(prompts, answers, owner, self.pad_id)))
+        return batches
 
     def minibatches(
         self,
@@ -214,7 +253,7 @@ class TurnStorage:
         ns = torch.tensor([n for _, n in rows])
         r_len = int(self.response_lens[ts, ns].max())
         responses = [self.responses[t, n, : int(self.response_lens[t, n])].tolist() for t, n in rows]
-        batch = collate([self.prompts[t][n] for t, n in rows], responses, self.pad_id)
+        batch = collate([self.prompts[t][n] for t, n in rows], responses, self.pad_id, self.share_prefix)
         return MicroBatch(
             rows,
             batch,

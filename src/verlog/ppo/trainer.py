@@ -121,6 +121,9 @@ class Trainer:
             world_size=self.derived.world_size,
             any_running=self._any_running if self.dist.lockstep else None,
         )
+        self.storage.share_prefix = (
+            config.ppo.share_prompt_prefix and not self.dist.lockstep
+        )  # aligned collectives
         self.update = 0
         self.global_step = 0
         # No critic, nothing to pre-train.
@@ -355,12 +358,7 @@ class Trainer:
     def warmup_critic(self) -> None:
         """Critic pre-training: collect W batches once, then S iterations of (re-score values, targets, fit)."""
         ppo = self.config.ppo
-        storage = TurnStorage(
-            self.derived.warmup_turns,
-            self.storage.num_envs,
-            self.storage.max_response_tokens,
-            self.storage.pad_id,
-        )
+        storage = self.storage.like(self.derived.warmup_turns)
         storage.load_state_dict(self.storage.state_dict())
         self.logger.print(
             f"critic pre-training: {self.derived.warmup_turns} turns per env, {ppo.critic_warmup_iters} iterations"

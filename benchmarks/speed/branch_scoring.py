@@ -1,0 +1,115 @@
+"""Scoring one-step branches: every row whole against each repeated prompt run once, on one collected batch.
+
+A played turn and its one-step branches (``algo.branch_actions``) share a prompt and differ only in a few answer
+tokens. Scoring (the old log-probs of the PPO ratio) used to run that prompt once per row; it now runs each
+distinct prompt once and the answers on its copied key/value cache (:func:`verlog.ppo.forward.shared_prompt_logprobs`).
+This builds the preset's ordinary :class:`~verlog.ppo.trainer.Trainer`, collects one batch, then scores it both
+ways in turn (``--repeats`` times each, alternating, so both see the same load) and checks they agree.
+
+    python -m benchmarks.speed.branch_scoring [--config envs/learn_babaisai_branch.toml] [section.key=value ...]
+
+Writes ``benchmarks/results/branch_scoring.json``: rows and distinct prompts, tokens each way runs through the
+model, seconds each way (median), the speed-up, the largest log-prob difference, the machine and its load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from rich.console import Console
+
+from benchmarks.common import RESULTS, ROOT, load_preset, machine
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--config", type=Path, default=ROOT / "envs" / "learn_babaisai_branch.toml", help="preset"
+    )
+    parser.add_argument("--repeats", type=int, default=2, help="timed scorings each way (default 2)")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="folder for branch_scoring.json")
+    parser.add_argument("overrides", nargs="*", metavar="section.key=value", help="config overrides")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from verlog.ppo.rollout import score
+    from verlog.ppo.trainer import Trainer
+
+    parser = _parser()
+    args = parser.parse_intermixed_args(argv)
+    console = Console(soft_wrap=True)
+    config = load_preset(
+        parser, args.config, ["run.console=false", 'run.name="bench-branch-scoring"', *args.overrides]
+    )
+    load_start = os.getloadavg()[0]
+    trainer = Trainer(config)
+    storage = trainer.storage
+    trainer.rollout.collect(storage)
+    rows = storage.rows()
+    shared = storage.shared_prompt_batches(rows, config.ppo.micro_batch_tokens)
+    prompts = sum(int(m.batch.prompt_ids.shape[0]) for m in shared)
+    grouped = {row for m in shared for row in m.rows}
+    lone = [row for row in rows if row not in grouped]
+    answer_tokens = sum(int(storage.response_lens[t, n]) for t, n in rows)
+    whole_tokens = sum(len(storage.prompts[t][n]) for t, n in rows) + answer_tokens
+    shared_tokens = (
+        sum(len(storage.prompts[t][n]) for t, n in lone)
+        + sum(int(m.batch.prompt_mask.sum()) for m in shared)
+        + answer_tokens
+    )
+    seconds: dict[bool, list[float]] = {False: [], True: []}
+    results: dict[bool, torch.Tensor] = {}
+    for _ in range(args.repeats):
+        for share in (False, True):
+            storage.old_logprobs.zero_()
+            clock = time.perf_counter()
+            score(storage, actor=trainer.actor, critic=None, reference=None,
+                  temperature=config.sampling.temperature, max_tokens=config.ppo.micro_batch_tokens,
+                  device="cpu", share_prompts=share)  # fmt: skip
+            seconds[share].append(time.perf_counter() - clock)
+            results[share] = storage.old_logprobs.clone()
+    gap = float((results[True] - results[False]).abs().max())
+    whole, once = statistics.median(seconds[False]), statistics.median(seconds[True])
+    record = {
+        "benchmark": "branch_scoring",
+        "preset": args.config.name,
+        "overrides": list(args.overrides),
+        "rows": len(rows),
+        "played_rows": int(storage.active[:, : storage.sampled_columns].sum()),
+        "distinct_prompts": prompts + len(lone),
+        "tokens_whole": whole_tokens,
+        "tokens_shared": shared_tokens,
+        "seconds_whole": whole,
+        "seconds_shared": once,
+        "speedup": whole / once,
+        "max_logprob_gap": gap,
+        "repeats": args.repeats,
+        "torch_threads": torch.get_num_threads(),
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "load_average": [load_start, os.getloadavg()[0]],
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "branch_scoring.json").write_text(json.dumps(record, indent=2) + "\n")
+    console.print(
+        f"{len(rows)} rows ({record['played_rows']} played), {record['distinct_prompts']} distinct prompts: "
+        f"{whole_tokens:,} tokens whole, {shared_tokens:,} with each prompt once; scoring {whole:.1f} s -> "
+        f"{once:.1f} s ({whole / once:.1f}x), largest log-prob difference {gap:.1e}; load {load_start:.1f}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
