@@ -76,6 +76,18 @@ def bench_rollout(session: nox.Session) -> None:
 
 
 @nox.session
+def bench_branch_scoring(session: nox.Session) -> None:
+    """Scoring one-step branches: each row whole against each shared prompt run once (SmolLM2, BabaIsAI)."""
+    session.run("python", "-m", "benchmarks.speed.branch_scoring", *session.posargs)
+
+
+@nox.session
+def bench_prefix_update(session: nox.Session) -> None:
+    """Scoring and update time with the shared prompt prefix off and on (SmolLM2 on Crafter)."""
+    session.run("python", "-m", "benchmarks.speed.prefix_update", *session.posargs)
+
+
+@nox.session
 def bench_update(session: nox.Session) -> None:
     """PPO update tokens/s with the tiny model (and a real small architecture on a GPU when present)."""
     session.run("python", "-m", "benchmarks.speed.update", *session.posargs)
@@ -97,6 +109,29 @@ def learn(session: nox.Session) -> None:
 def learn_crafter(session: nox.Session) -> None:
     """PPO from a tiny model on Crafter, judged against it untrained and random (-- --seed N); non-zero unless it learned."""
     session.run("python", "-m", "benchmarks.demos.learn_crafter", *session.posargs)
+
+
+@nox.session
+def learn_crafter_real(session: nox.Session) -> None:
+    """SmolLM2-135M-Instruct on Crafter, 200-step episodes, judged against it zero-shot and random (-- --seed N)."""
+    session.run(
+        "python",
+        "-m",
+        "benchmarks.demos.learn_crafter",
+        "--config",
+        "envs/learn_crafter_real.toml",
+        "--stem",
+        "learn_crafter_real",
+        "--pass-on",
+        "either",
+        "--budget-min",
+        "60",
+        "--episodes",
+        "16",
+        "--eval-envs",
+        "16",
+        *session.posargs,
+    )
 
 
 @nox.session

@@ -53,6 +53,10 @@ def test_a_seed_passes_only_above_both_baselines_on_both_figures(judge) -> None:
     assert not judge.verdict(_block(2.5, 0.2, 0.125, 0.01), untrained, random)["passed"]
     both = judge.verdict(_block(2.5, 0.2, 0.16, 0.01), untrained, random)
     assert both["passed"] and min(g["z"] for g in both["gains"].values()) >= judge.Z_REQUIRED
+    # SmolLM2's rule (--pass-on either): one figure above both baselines is enough, two halves are not
+    assert judge.verdict(_block(2.5, 0.2, 0.125, 0.01), untrained, random, "either")["passed"]
+    # return above random only, progression above untrained only: neither figure holds against both
+    assert not judge.verdict(_block(1.8, 0.2, 0.125, 0.01), untrained, random, "either")["passed"]
     # a figure below a baseline is a negative z, never a pass
     assert (
         judge.verdict(_block(0.1, 0.1, 0.01, 0.01), untrained, random)["gains"]["return_over_untrained"]["z"]
