@@ -110,7 +110,12 @@ def test_the_closing_panel_shows_the_first_to_last_trend_and_the_presets_note(
     logger, console = _logger(Path("runs/tiny-0001"), 80, total=10)
     for update in range(10):  # success 0.1 -> 1.0, invalid 0.9 -> 0.0 (one update without episodes)
         success = math.nan if update == 1 else (update + 1) / 10
-        row = {**METRICS, "env/success": success, "env/invalid_action_rate": 0.9 - update / 10}
+        row = {
+            **METRICS,
+            "env/success": success,
+            "env/progression": success,
+            "env/invalid_action_rate": 0.9 - update / 10,
+        }
         logger.log({**row, "update": float(update + 1)}, step=update)
     logger.summary(updates=10, turns=960, env_id="verlog/BabyAI-GoTo-v0", note="a tiny preset's word")
     logger.close()
@@ -119,6 +124,20 @@ def test_the_closing_panel_shows_the_first_to_last_trend_and_the_presets_note(
     # means of updates 1-5 (0.1, 0.3, 0.4, 0.5: the update without episodes left out) and 6-10
     assert "first→last  success 0.33 → 0.80, invalid 0.70 → 0.20, entropy 6.2 → 6.2" in text
     assert text.rstrip().endswith("note: a tiny preset's word")
+    (tmp_path / "runs" / "crafter-0001").mkdir(parents=True)
+    crafter, console = _logger(Path("runs/crafter-0001"), 80, total=8)
+    for update in range(8):  # Crafter: no episode succeeds, its achievements move progression
+        row = {
+            **METRICS,
+            "env/success": 0.0,
+            "env/progression": 0.04 + update / 50,
+            "update": float(update + 1),
+        }
+        crafter.log(row, step=update)
+    crafter.summary(updates=8, turns=256, env_id="verlog/Crafter-v0")
+    text = console.export_text()
+    assert "ended       progression 0.18, return 0.250 (last update)" in text
+    assert "first→last  progression 0.07 → 0.15, invalid" in text
     short, console = _logger(Path("runs/tiny-0002"), 80)
     for update in range(3):
         short.log({**METRICS, "update": float(update + 1)}, step=update)

@@ -145,10 +145,11 @@ class RunLogger:
 
         self.close_progress()
         wall = time.monotonic() - self.started
-        success = self.last.get("env/success", math.nan)
+        key, label = _measure([*self.history, self.last])
+        score = self.last.get(key, math.nan)
         ret = self.last.get("charts/episodic_return", math.nan)
-        if math.isfinite(success) or math.isfinite(ret):
-            ended = f"success {_or_dash(success, '{:.2f}')}, return {_or_dash(ret, '{:.3f}')} (last update)"
+        if math.isfinite(score) or math.isfinite(ret):
+            ended = f"{label} {_or_dash(score, '{:.2f}')}, return {_or_dash(ret, '{:.3f}')} (last update)"
         else:
             ended = "no episode finished in the last update"
         checkpoint = latest_checkpoint(self.run_dir)
@@ -210,12 +211,23 @@ def reproducible(metrics: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in metrics.items() if not (k.startswith("sys/") or "time" in k or "per_s" in k)}
 
 
-#: The closing panel's trend: (metric, label, format), each the mean of the first and of the last updates.
+#: The closing panel's trend after the game's own measure: (metric, label, format), each the mean of the first
+#: and of the last updates.
 TREND = (
-    ("env/success", "success", "{:.2f}"),
     ("env/invalid_action_rate", "invalid", "{:.2f}"),
     ("losses/entropy", "entropy", "{:.1f}"),
 )
+
+
+def _measure(history: list[dict[str, float]]) -> tuple[str, str]:
+    """The metric that says how well the game went: success, unless the game scores partial progress (some
+    update's progression above its success: Crafter's achievements, TextWorld's points), where success is all
+    but always 0 and progression is the figure that moves."""
+    for row in history:
+        progression, success = row.get("env/progression"), row.get("env/success")
+        if progression is not None and success is not None and progression > success + 1e-9:
+            return "env/progression", "progression"
+    return "env/success", "success"
 
 
 def _trend(history: list[dict[str, float]]) -> str:
@@ -232,7 +244,7 @@ def _trend(history: list[dict[str, float]]) -> str:
 
     parts = [
         f"{label} {_or_dash(mean(history[:k], key), fmt)} → {_or_dash(mean(history[-k:], key), fmt)}"
-        for key, label, fmt in TREND
+        for key, label, fmt in ((*_measure(history), "{:.2f}"), *TREND)
     ]
     return ", ".join(parts)
 
