@@ -36,6 +36,7 @@ RESULTS = ROOT / "benchmarks" / "results"
 DEMONSTRATIONS: list[tuple[str, str]] = [
     ("learn.json", "Tiny random model, BabyAI GoTo (`nox -s learn`)"),
     ("learn_crafter.json", "Tiny random model, Crafter, ~170-turn episodes (`nox -s learn_crafter`)"),
+    ("learn_crafter_real.json", "SmolLM2-135M, Crafter, 200-step episodes (`nox -s learn_crafter_real`)"),
     ("learn_real.json", "SmolLM2-135M, BabyAI GoTo in a 5×5 room (`nox -s learn_real`)"),
     ("learn_goto.json", "SmolLM2-135M, BALROG's GoTo through a curriculum (`nox -s learn_goto`)"),
     (
@@ -430,6 +431,34 @@ def speed() -> str:
     return table(["benchmark", "figure", "target"], rows)
 
 
+def long_prompts() -> str:
+    """Where a SmolLM2 Crafter turn's time goes, with the shared prompt prefix off and on (``prefix_update.json``),
+    and branch scoring with each row whole against each prompt once (``branch_scoring.json``)."""
+    prefix, branch = load("prefix_update.json"), load("branch_scoring.json")
+    rows = []
+    for name in ("off", "on"):
+        r = prefix[name]
+        rows.append([f"`{prefix['preset']}`, shared prefix {name}", f"{r['charts/turns_per_s']:.2f}",
+                     f"{r['charts/prompt_tokens']:.0f} / {r['charts/response_tokens']:.1f}",
+                     f"{r['time/generate']:.1f}", f"{r['time/score']:.1f}", f"{r['time/update']:.1f}",
+                     f"{r['time/weight_sync']:.1f}", f"{r['time/total']:.1f}"])  # fmt: skip
+    load_avg = prefix["load_average"]
+    split = table(["setting", "turns/s", "prompt / answer tokens a turn", "generate s", "score s", "update s",
+                   "weight sync s", "update total s"], rows)  # fmt: skip
+    note = (f"\n\n{prefix['updates_each']} updates each way, alternating, {prefix['turns_per_update']} turns each; "
+            f"{prefix['machine'].get('cpu', 'CPU')}, load {load_avg[0]:.1f}–{load_avg[1]:.1f}.\n\n")  # fmt: skip
+    branches = table(
+        ["branch scoring (`branch_scoring.json`)", "rows (played)", "distinct prompts", "tokens through the model",
+         "seconds", "largest log-prob gap"],
+        [[f"`{branch['preset']}` {' '.join(branch['overrides'])}", f"{branch['rows']} ({branch['played_rows']})",
+          branch["distinct_prompts"], f"{branch['tokens_whole']:,} → {branch['tokens_shared']:,}",
+          f"{branch['seconds_whole']:.1f} → {branch['seconds_shared']:.1f} ({branch['speedup']:.1f}×)",
+          f"{branch['max_logprob_gap']:.1e}"]],
+    )  # fmt: skip
+    load_b = branch["load_average"]
+    return split + note + branches + f"\n\nLoad {load_b[0]:.1f}–{load_b[1]:.1f} while scoring."
+
+
 def compare(name: str = "compare.json") -> str:
     """PPO + GAE against the critic-free estimators at the same turn budget."""
     data = load(name)
@@ -557,6 +586,9 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "first_moves": first_moves,
     "rollout_smollm2": rollout_smollm2,
     "crafter": crafter,
+    "crafter_real": lambda: crafter("learn_crafter_real.json"),
+    "crafter_real_achievements": lambda: crafter_achievements("learn_crafter_real.json"),
+    "long_prompts": long_prompts,
     "crafter_achievements": crafter_achievements,
     "ablation": ablation,
     "crafter_reading": crafter_reading,
