@@ -315,6 +315,63 @@ def test_progression_after_collecting_wood() -> None:
     assert info["progression"] == 0.0
 
 
+def _clear(world: object, cell: tuple[int, int], material: str) -> None:
+    """Make ``cell`` plain ``material`` with nothing standing on it."""
+    if world[cell][1] is not None:
+        world.remove(world[cell][1])
+    world[cell] = material
+
+
+def test_the_worked_examples_do_what_their_reasons_say() -> None:
+    """Crafter's five worked examples (``prompt.examples`` up to 5) teach a small model its first moves, so each
+    must be true to the game: its observation reads like the env's text, and its answer, played in a state set
+    up like the example, does what its reason says (a wrong one would teach a wrong move)."""
+    from verlog.envs import prompt_examples
+
+    examples = prompt_examples("verlog/Crafter-v0", 5)
+    assert [action for *_, action in examples] == ["Do", "Sleep", "Place Plant", "Do", "Move West"]
+    for shown, _, action in examples:
+        assert action in ACTIONS
+        assert shown.splitlines()[-1].startswith("You face ") and shown.endswith(" at your front.")
+        for line in shown.split("You see:\n")[1].split("\n\n")[0].splitlines():
+            assert LINE.fullmatch(line), line
+    assert prompt_examples("verlog/Crafter-v0", 1) == examples[:1]
+
+    env = make()
+    env.reset(seed=5)
+    inner = env._env
+    player, world = inner._player, inner._world
+    x, y = (int(v) for v in player.pos)
+    player.facing = (0, -1)  # north, as the first example
+    _clear(world, (x, y - 1), "tree")
+    *_, info = env.step(examples[0][2])
+    assert info["inventory"]["wood"] == 1
+
+    player.inventory["energy"] = 2
+    *_, info = env.step(examples[1][2])
+    assert info["sleeping"]
+    player.sleeping = False
+
+    player.inventory["sapling"] = 1
+    player.facing = (1, 0)  # east, grass
+    _clear(world, (x + 1, y), "grass")
+    *_, info = env.step(examples[2][2])
+    assert info["achievements"]["place_plant"] == 1
+
+    player.inventory["drink"] = 7
+    player.facing = (0, -1)
+    _clear(world, (x, y - 1), "water")
+    *_, info = env.step(examples[3][2])
+    assert info["inventory"]["drink"] == 8 and info["achievements"]["collect_drink"] == 1
+
+    for dx in (1, 2):
+        _clear(world, (x - dx, y), "grass")
+    _clear(world, (x - 3, y), "tree")
+    text, *_ = env.step(examples[4][2])
+    assert tuple(int(v) for v in player.pos) == (x - 1, y)
+    assert "- tree 2 steps to your west" in text
+
+
 # ----------------------------------------------------------------------------- actions
 
 

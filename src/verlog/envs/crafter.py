@@ -251,6 +251,32 @@ class CrafterTextEnv(TextEnv):
             "A tree is in front of me, so I collect wood.",
             "Do",
         ),
+        # The rest show the other moves a first day needs (``prompt.examples`` up to 5), so a small model's
+        # guesses spread over useful actions rather than repeating the first example's "Do"; the last is a
+        # walk, the answer a model that copies the latest example would give.
+        (
+            f"Goal: {GOAL}\nObservation:\nYour status:\n- health: 9/9\n- food: 6/9\n- drink: 7/9\n- energy: 2/9\n\n"
+            "You see:\n- grass 1 step to your south\n\nYou face grass at your front.",
+            "My energy is low, so I sleep.",
+            "Sleep",
+        ),
+        (
+            f"Goal: {GOAL}\nObservation:\nYour inventory:\n- sapling: 1\n\nYou see:\n- grass 1 step to your east\n\n"
+            "You face grass at your front.",
+            "I have a sapling and face grass, so I plant it.",
+            "Place Plant",
+        ),
+        (
+            f"Goal: {GOAL}\nObservation:\nYou see:\n- water 1 step to your north\n\nYou face water at your front.",
+            "Water is in front of me, so I drink.",
+            "Do",
+        ),
+        (
+            f"Goal: {GOAL}\nObservation:\nYou see:\n- tree 3 steps to your west\n- grass 1 step to your east\n\n"
+            "You face grass at your front.",
+            "The nearest tree is to my west, so I walk west.",
+            "Move West",
+        ),
     )
     default_action: ClassVar[str] = "Noop"
     synonyms: ClassVar[dict[str, str]] = {
