@@ -88,6 +88,12 @@ def bench_prefix_update(session: nox.Session) -> None:
 
 
 @nox.session
+def bench_prefix_cache(session: nox.Session) -> None:
+    """vLLM generation time with its prefix cache off and on, on a preset's own prompts (SmolLM2 on Crafter)."""
+    session.run("python", "-m", "benchmarks.speed.prefix_cache", *session.posargs)
+
+
+@nox.session
 def bench_update(session: nox.Session) -> None:
     """PPO update tokens/s with the tiny model (and a real small architecture on a GPU when present)."""
     session.run("python", "-m", "benchmarks.speed.update", *session.posargs)

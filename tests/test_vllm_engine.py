@@ -147,6 +147,31 @@ def _ppo(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
     return done
 
 
+def test_the_prefix_cache_can_be_turned_off_and_changes_no_answer(engine, tiny: Path) -> None:
+    """``sampling.vllm_prefix_caching = false`` reaches the engine (``benchmarks/speed/prefix_cache.py`` measures
+    what the cache saves with it), and greedy answers to prompts that share a prefix stay the same without it.
+    The second engine runs in a child process: one process holds one engine."""
+    _, _, prompts, sampler = engine
+    shared = [prompts[0] + p for p in prompts]
+    assert sampler.llm.llm_engine.vllm_config.cache_config.enable_prefix_caching
+    code = (
+        "import json, sys\n"
+        "from verlog.models.loading import load_tokenizer\n"
+        "from verlog.sampling.vllm import VLLMSampler\n"
+        f"s = VLLMSampler({str(tiny)!r}, load_tokenizer({str(tiny)!r}), None, max_new_tokens={NEW_TOKENS}, "
+        "max_model_len=128, cpu_kvcache_gib=0.25, dtype='float32', prefix_caching=False)\n"
+        "answers = s.generate(json.loads(sys.argv[1]), greedy=True).token_ids\n"
+        "print('RESULT', json.dumps([s.llm.llm_engine.vllm_config.cache_config.enable_prefix_caching, answers]))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARS}  # the module's engine set them
+    done = subprocess.run([sys.executable, "-c", code, json.dumps(shared)], env=env, capture_output=True,
+                          text=True, timeout=600, check=True)  # fmt: skip
+    line = next(line for line in done.stdout.splitlines() if line.startswith("RESULT "))
+    enabled, answers = json.loads(line.removeprefix("RESULT "))
+    assert enabled is False
+    assert answers == sampler.generate(shared, greedy=True).token_ids
+
+
 def _records(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 

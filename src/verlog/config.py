@@ -211,6 +211,9 @@ class SamplingConfig:
     """KV cache of vLLM on a CPU, in GiB (VLLM_CPU_KVCACHE_SPACE); 1 holds ~30k tokens of a 135M model."""
     vllm_enforce_eager: bool = True
     """Run vLLM without torch.compile / CUDA graphs: on a CPU it loads in seconds instead of minutes."""
+    vllm_prefix_caching: bool = True
+    """Reuse the KV cache of prompt prefixes vLLM has already run (the instruction and worked examples every
+    prompt repeats); off only to measure what it saves (benchmarks/speed/prefix_cache.py)."""
 
 
 @dataclass

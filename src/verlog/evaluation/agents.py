@@ -348,6 +348,7 @@ class ModelAgent:
                 enforce_eager=s.sampling.vllm_enforce_eager,
                 seed=s.seed,
                 dtype=s.dtype,
+                prefix_caching=s.sampling.vllm_prefix_caching,
             )
         except SamplerError as error:
             raise EvalError(str(error)) from error

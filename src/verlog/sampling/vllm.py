@@ -63,6 +63,7 @@ class VLLMSampler:
         enforce_eager: bool = True,
         seed: int = 0,
         dtype: str = "auto",
+        prefix_caching: bool = True,
     ) -> None:
         """``weights()`` yields the actor's current weights in Hugging Face naming (None: evaluation, the engine
         keeps the checkpoint's); every process calls it in :meth:`update_weights` at the same time (under ZeRO-3
@@ -88,7 +89,7 @@ class VLLMSampler:
             "dtype": dtype,
             "seed": seed,
             "max_model_len": max_model_len,
-            "enable_prefix_caching": True,
+            "enable_prefix_caching": prefix_caching,
             "enforce_eager": enforce_eager,
             "distributed_executor_backend": "external_launcher",
             "tensor_parallel_size": 1,
@@ -150,6 +151,7 @@ class VLLMSampler:
             enforce_eager=s.vllm_enforce_eager,
             seed=config.run.seed + process_index,
             dtype=config.model.dtype,
+            prefix_caching=s.vllm_prefix_caching,
         )
 
     # ------------------------------------------------------------------ the Sampler interface
