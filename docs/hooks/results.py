@@ -456,7 +456,19 @@ def long_prompts() -> str:
           f"{branch['max_logprob_gap']:.1e}"]],
     )  # fmt: skip
     load_b = branch["load_average"]
-    return split + note + branches + f"\n\nLoad {load_b[0]:.1f}–{load_b[1]:.1f} while scoring."
+    cache = load("prefix_cache.json")
+    cached = table(
+        ["vLLM prefix cache (`prefix_cache.json`)", "generation an update s", "first batch s", "later batches s"],
+        [[f"{name} ({cache['batches_per_update']} batches of {cache['prompts_per_batch']} "
+          f"{cache['prompt_tokens']:.0f}-token prompts)", f"{cache[name]['update_generate_s']:.1f}",
+          f"{cache[name]['first_batch_s']:.2f}", f"{cache[name]['later_batch_s']:.2f}"] for name in ("off", "on")],
+    )  # fmt: skip
+    load_c = cache["load_average"]
+    return (
+        split + note + branches + f"\n\nLoad {load_b[0]:.1f}–{load_b[1]:.1f} while scoring.\n\n" + cached
+        + f"\n\n{cache['speedup']:.1f}× with the cache, median of {cache['updates']} updates, `{cache['preset']}`; "
+        f"load {load_c[0]:.1f}–{load_c[1]:.1f}."
+    )  # fmt: skip
 
 
 def compare(name: str = "compare.json") -> str:
