@@ -202,7 +202,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
         labels.append(name)
         for key in bars:
             bars[key].append((entry[key]["return"], entry[key]["return_se"]))
-    left.set(xlabel="turns played", ylabel="Crafter return (episodes ended, last 10 updates)")
+    left.set(xlabel="turns played", ylabel="training return (episodes ended, last 10 updates)")
     left.grid(True, alpha=0.3)
     left.legend(fontsize=8)
     width = 0.27
@@ -217,7 +217,9 @@ def plot(results: dict[str, Any], path: Path) -> None:
     right.set(ylabel="return on held-out episodes (± 1 SE)")
     right.grid(True, axis="y", alpha=0.3)
     right.legend(fontsize=8)
-    fig.suptitle(f"PPO, tiny model, Crafter ({results['episodes']} held-out episodes per bar)")
+    model = results["seeds"][0]["config"]["model"]
+    name = "tiny model" if model.get("build_tiny") else model.get("build") or Path(model["path"]).name
+    fig.suptitle(f"PPO, {name}, Crafter ({results['episodes']} held-out episodes per bar)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
