@@ -97,6 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "max_logprob_gap": gap,
         "repeats": args.repeats,
         "torch_threads": torch.get_num_threads(),
+        "precision": trainer.dist.precision,  # bf16 rounding, not the sharing, sets the gap
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "machine": machine(),
         "load_average": [load_start, os.getloadavg()[0]],

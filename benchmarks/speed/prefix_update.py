@@ -73,6 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "overrides": list(args.overrides),
         "updates_each": args.updates,
         "turns_per_update": config.ppo.turns_per_update * config.env.num_envs,
+        "precision": trainer.dist.precision,
         **{
             name: {k: statistics.median(m[k] for m in rows if k in m) for k in KEYS}
             for name, rows in runs.items()

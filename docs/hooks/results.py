@@ -446,7 +446,7 @@ def long_prompts() -> str:
     split = table(["setting", "turns/s", "prompt / answer tokens a turn", "generate s", "score s", "update s",
                    "weight sync s", "update total s"], rows)  # fmt: skip
     note = (f"\n\n{prefix['updates_each']} updates each way, alternating, {prefix['turns_per_update']} turns each; "
-            f"{prefix['machine'].get('cpu', 'CPU')}, load {load_avg[0]:.1f}–{load_avg[1]:.1f}.\n\n")  # fmt: skip
+            f"{prefix['precision']}, {prefix['machine'].get('cpu', 'CPU')}, load {load_avg[0]:.1f}–{load_avg[1]:.1f}.\n\n")  # fmt: skip
     branches = table(
         ["branch scoring (`branch_scoring.json`)", "rows (played)", "distinct prompts", "tokens through the model",
          "seconds", "largest log-prob gap"],
@@ -465,7 +465,8 @@ def long_prompts() -> str:
     )  # fmt: skip
     load_c = cache["load_average"]
     return (
-        split + note + branches + f"\n\nLoad {load_b[0]:.1f}–{load_b[1]:.1f} while scoring.\n\n" + cached
+        split + note + branches + f"\n\n{branch['precision']}; load {load_b[0]:.1f}–{load_b[1]:.1f} while "
+        "scoring.\n\n" + cached
         + f"\n\n{cache['speedup']:.1f}× with the cache, median of {cache['updates']} updates, `{cache['preset']}`; "
         f"load {load_c[0]:.1f}–{load_c[1]:.1f}."
     )  # fmt: skip
