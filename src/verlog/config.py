@@ -212,8 +212,7 @@ class SamplingConfig:
     vllm_enforce_eager: bool = True
     """Run vLLM without torch.compile / CUDA graphs: on a CPU it loads in seconds instead of minutes."""
     vllm_prefix_caching: bool = True
-    """Reuse the KV cache of prompt prefixes vLLM has already run (the instruction and worked examples every
-    prompt repeats); off only to measure what it saves (benchmarks/speed/prefix_cache.py)."""
+    """Reuse the KV cache of prompt prefixes vLLM has already run (the instruction and worked examples every prompt repeats); off only to measure what it saves (benchmarks/speed/prefix_cache.py)."""
 
 
 @dataclass
