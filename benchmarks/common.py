@@ -22,6 +22,7 @@ __all__ = [
     "RESULTS",
     "ROOT",
     "load_preset",
+    "preset_parser",
     "machine",
     "mean_se",
     "cached_random",
@@ -45,6 +46,16 @@ def machine() -> dict[str, Any]:
     from verlog.evaluation import output
 
     return output.machine()
+
+
+def preset_parser(doc: str | None, preset: str, result: str) -> argparse.ArgumentParser:
+    """The arguments of a benchmark that runs one preset: ``--config`` (default ``envs/<preset>``), ``--out``
+    (the folder for ``result``) and config overrides; the script adds its own options to it."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", type=Path, default=ROOT / "envs" / preset, help="preset")
+    parser.add_argument("--out", type=Path, default=RESULTS, help=f"folder for {result}")
+    parser.add_argument("overrides", nargs="*", metavar="section.key=value", help="config overrides")
+    return parser
 
 
 def load_preset(parser: argparse.ArgumentParser, path: Path, overrides: Sequence[str]) -> Any:

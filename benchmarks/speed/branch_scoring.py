@@ -22,24 +22,16 @@ import statistics
 import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 
 import torch
 from rich.console import Console
 
-from benchmarks.common import RESULTS, ROOT, load_preset, machine
+from benchmarks.common import load_preset, machine, preset_parser
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument(
-        "--config", type=Path, default=ROOT / "envs" / "learn_babaisai_branch.toml", help="preset"
-    )
+    parser = preset_parser(__doc__, "learn_babaisai_branch.toml", "branch_scoring.json")
     parser.add_argument("--repeats", type=int, default=2, help="timed scorings each way (default 2)")
-    parser.add_argument("--out", type=Path, default=RESULTS, help="folder for branch_scoring.json")
-    parser.add_argument("overrides", nargs="*", metavar="section.key=value", help="config overrides")
     return parser
 
 

@@ -30,21 +30,14 @@ from typing import Any
 
 from rich.console import Console
 
-from benchmarks.common import RESULTS, ROOT, load_preset, machine
+from benchmarks.common import ROOT, load_preset, machine, preset_parser
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument(
-        "--config", type=Path, default=ROOT / "envs" / "learn_crafter_real.toml", help="preset"
-    )
+    parser = preset_parser(__doc__, "learn_crafter_real.toml", "prefix_cache.json")
     parser.add_argument("--updates", type=int, default=3, help="updates' worth of batches (default 3)")
-    parser.add_argument("--out", type=Path, default=RESULTS, help="folder for prefix_cache.json")
     parser.add_argument("--child", choices=("off", "on"), help=argparse.SUPPRESS)
     parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
-    parser.add_argument("overrides", nargs="*", metavar="section.key=value", help="config overrides")
     return parser
 
 

@@ -21,11 +21,10 @@ import os
 import statistics
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 from rich.console import Console
 
-from benchmarks.common import RESULTS, ROOT, load_preset, machine
+from benchmarks.common import load_preset, machine, preset_parser
 
 #: The per-update figures kept, each the median over the updates of one setting.
 KEYS = (
@@ -35,15 +34,8 @@ KEYS = (
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument(
-        "--config", type=Path, default=ROOT / "envs" / "learn_crafter_real.toml", help="preset"
-    )
+    parser = preset_parser(__doc__, "learn_crafter_real.toml", "prefix_update.json")
     parser.add_argument("--updates", type=int, default=2, help="updates each way (default 2)")
-    parser.add_argument("--out", type=Path, default=RESULTS, help="folder for prefix_update.json")
-    parser.add_argument("overrides", nargs="*", metavar="section.key=value", help="config overrides")
     return parser
 
 
