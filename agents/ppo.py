@@ -66,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         from verlog.runkit.faults import Diverged, stopped_run
         from verlog.runkit.launch import LaunchError, exit_on_peer_loss
         from verlog.runkit.manifest import CheckpointError
+        from verlog.runkit.stop import exit_status
         from verlog.runkit.watchdog import Collapsed
         from verlog.sampling import SamplerError
         from verlog.vector import SubEnvError
@@ -80,6 +81,12 @@ def main(argv: list[str] | None = None) -> int:
         with exit_on_peer_loss(lambda: trainer.run_dir if trainer else args.resume):
             trainer = Trainer(config, resume=args.resume)
             trainer.train()
+        if (signal := trainer.early_stop.signal) is not None:  # Ctrl-C or SIGTERM: saved after the update
+            print(
+                f"{parser.prog}: stopped by {signal}. {stopped_run(trainer, args.resume, fix=False)}",
+                file=sys.stderr,
+            )
+            return exit_status(signal)
     except LaunchError as error:
         print(f"{parser.prog}: launch: {error}", file=sys.stderr)
         return 2

@@ -44,6 +44,7 @@ from verlog.runkit.faults import Diverged, Guard
 from verlog.runkit.folder import CONFIG_FILE, latest_checkpoint, mark_best, new_run_dir
 from verlog.runkit.logger import RunLogger, flat_hyperparameters, tracker_init_kwargs
 from verlog.runkit.samples import SampleWriter, decoded_samples, pick_turns
+from verlog.runkit.stop import EarlyStop
 from verlog.runkit.watchdog import Watchdog
 
 __all__ = ["Trainer"]
@@ -226,6 +227,12 @@ class Trainer:
         """Run updates until ``run.total_updates`` (or ``run.total_turns``, ``run.max_minutes``), with critic
         pre-training first on a fresh run."""
         run = self.config.run
+        when = lambda: f"when update {self.update + 1} ends"  # noqa: E731
+        with EarlyStop(run.max_minutes, self.logger.print, when) as self.early_stop:
+            self._train(run)
+
+    def _train(self, run: Any) -> None:
+        """:meth:`train`'s loop, under :class:`EarlyStop`: the budget or a signal ends it after an update."""
         try:
             if not self.warmed_up:
                 self.warmup_critic()
@@ -234,14 +241,13 @@ class Trainer:
                     self.save()
             if self.watchdog is not None and latest_checkpoint(self.run_dir) is None:
                 self.save()  # a good point to roll back to before the first update
-            started = time.perf_counter()
             while self.update < run.total_updates:
                 metrics = self.train_update()
                 self._next_stage(metrics)
                 last = (
                     self.update == run.total_updates
                     or 0 < run.total_turns <= self.global_step
-                    or self._out_of_time(started, metrics["time/total"])
+                    or self.early_stop.due(metrics["time/total"])
                 )
                 if run.eval_every and (last or self.update % run.eval_every == 0):
                     metrics.update(self._panel())
@@ -301,13 +307,6 @@ class Trainer:
         if reason is None:
             self.watchdog.healthy(metrics)
         return reason
-
-    def _out_of_time(self, started: float, last_update_s: float) -> bool:
-        """Whether one more update would end past ``run.max_minutes`` (the main process decides for all)."""
-        budget = 60.0 * self.config.run.max_minutes
-        if not budget:
-            return False
-        return bool(from_main_process(time.perf_counter() - started + last_update_s > budget))
 
     def _apply_actor_lr(self) -> None:
         """Set the actor's rate before each update (the only place the actor trains): the schedule with the

@@ -99,8 +99,9 @@ def _own_elements(param: torch.Tensor) -> torch.Tensor:
     return shard.reshape(-1)[: max(0, min(shard.numel(), int(param.ds_numel) - start))]
 
 
-def stopped_run(trainer: Any, resume: str | None) -> str:
-    """What a stopped run leaves and the command that continues it (one sentence, for the closing line)."""
+def stopped_run(trainer: Any, resume: str | None, *, fix: bool = True) -> str:
+    """What a stopped run leaves and the command that continues it (one sentence, for the closing line);
+    ``fix``: the run stopped on a fault, so it continues after a fix."""
     from verlog.runkit.folder import latest_checkpoint
     from verlog.runkit.launch import resume_command
 
@@ -108,4 +109,5 @@ def stopped_run(trainer: Any, resume: str | None) -> str:
     checkpoint = latest_checkpoint(folder) if folder else None
     if checkpoint is None:
         return "No checkpoint was saved: start the run again"
-    return f"Newest checkpoint {checkpoint}; continue (after a fix) with: {resume_command(folder)}"
+    after = " (after a fix)" if fix else ""
+    return f"Newest checkpoint {checkpoint}; continue{after} with: {resume_command(folder)}"
