@@ -313,3 +313,14 @@ def test_metrics_from_several_processes_weigh_episodes_by_count() -> None:
     assert merged["env/BabyAI-GoTo/success"] == pytest.approx(1.0)  # only process 0 played that task
     assert merged["charts/episodes"] == 4.0  # counts add up
     assert merged["losses/value_loss"] == pytest.approx(0.4)  # per-process figures are averaged
+
+
+def test_the_reference_scores_in_the_actors_precision(model_path: Path, tmp_path: Path) -> None:
+    """Before the first update the reference is the actor: under bf16 the KL to it is exactly zero (an fp32
+    reference beside a bf16 actor read its rounding as KL: a penalty of noise)."""
+    config = _config(
+        tmp_path, model_path, "model.mixed_precision=bf16", "ppo.kl_coef=0.1",
+        "ppo.reuse_sampler_logprobs=false", "ppo.critic_warmup_iters=0",
+    )  # fmt: skip
+    metrics = Trainer(config).train_update()
+    assert metrics["charts/kl_to_reference"] == 0.0

@@ -452,18 +452,21 @@ class Trainer:
         self.logger.log_samples(records, step=self.global_step)
 
     def _score(self, storage: TurnStorage, *, logprobs: bool) -> dict[str, float]:
-        return score_batch(
-            storage,
-            actor=self._unwrap(self.actor),
-            critic=None if self.critic is None else self._unwrap(self.critic),
-            reference=self.reference,
-            logprobs=logprobs,
-            reuse_sampler_logprobs=self.config.ppo.reuse_sampler_logprobs,
-            temperature=self.config.sampling.temperature,
-            max_tokens=self.config.ppo.micro_batch_tokens,
-            device=self.accelerator.device,
-            common_count=self.dist.common_count if self.dist.lockstep else None,
-        )
+        """Score in the actor's precision: the prepared actor and critic autocast themselves, the frozen
+        reference (not prepared, so checkpoints leave it out) only inside this context."""
+        with self.accelerator.autocast():
+            return score_batch(
+                storage,
+                actor=self._unwrap(self.actor),
+                critic=None if self.critic is None else self._unwrap(self.critic),
+                reference=self.reference,
+                logprobs=logprobs,
+                reuse_sampler_logprobs=self.config.ppo.reuse_sampler_logprobs,
+                temperature=self.config.sampling.temperature,
+                max_tokens=self.config.ppo.micro_batch_tokens,
+                device=self.accelerator.device,
+                common_count=self.dist.common_count if self.dist.lockstep else None,
+            )
 
     def _ppo(self, storage: TurnStorage, *, train_actor: bool, limit: int | None = None) -> dict[str, float]:
         """The PPO update over the storage: ``ppo.num_minibatches`` steps per epoch, or, over a ``limit`` of
