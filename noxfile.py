@@ -131,7 +131,7 @@ def learn_crafter_real(session: nox.Session) -> None:
         "--pass-on",
         "either",
         "--budget-min",
-        "60",
+        "50",
         "--episodes",
         "16",
         "--eval-envs",
