@@ -317,10 +317,25 @@ def test_metrics_from_several_processes_weigh_episodes_by_count() -> None:
 
 def test_the_reference_scores_in_the_actors_precision(model_path: Path, tmp_path: Path) -> None:
     """Before the first update the reference is the actor: under bf16 the KL to it is exactly zero (an fp32
-    reference beside a bf16 actor read its rounding as KL: a penalty of noise)."""
+    reference beside a bf16 actor read its rounding as KL: a penalty of noise). In a child process: accelerate's
+    precision is set once per process, and this one's is fp32."""
     config = _config(
         tmp_path, model_path, "model.mixed_precision=bf16", "ppo.kl_coef=0.1",
         "ppo.reuse_sampler_logprobs=false", "ppo.critic_warmup_iters=0",
     )  # fmt: skip
-    metrics = Trainer(config).train_update()
-    assert metrics["charts/kl_to_reference"] == 0.0
+    (tmp_path / "config.toml").write_text(config.to_toml())
+    script = (
+        "import sys, toy_env; from verlog.config import load_config; from verlog.ppo.trainer import Trainer; "
+        "print(Trainer(load_config(sys.argv[1], [])).train_update()['charts/kl_to_reference'])"
+    )
+    tests = str(Path(__file__).parent)  # toy_env registers the toy game
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")]),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "config.toml")], env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert float(done.stdout.strip().splitlines()[-1]) == 0.0
