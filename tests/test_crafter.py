@@ -393,6 +393,26 @@ def test_invalid_action_counting_and_penalty() -> None:
     assert quiet.step("???")[0] == twin_text
 
 
+def test_novelty_bonus_pays_each_cell_once_and_leaves_the_game_alone() -> None:
+    env, twin = make(novelty_bonus=0.05), make()
+    _, info = env.reset(seed=3)
+    twin.reset(seed=3)
+    cells = {tuple(info["player_pos"])}
+    paid = 0
+    for action in ["Move West", "Move East", "Move West", "Noop", "Move North", "Move South", "Move South"]:
+        text, reward, *_, info = env.step(action)
+        twin_text, twin_reward, *_ = twin.step(action)
+        assert text == twin_text  # the bonus changes the reward, never the game
+        new = tuple(info["player_pos"]) not in cells
+        cells.add(tuple(info["player_pos"]))
+        assert reward == pytest.approx(twin_reward + 0.05 * new)
+        assert info["cells_visited"] == len(cells)
+        paid += new
+    assert 0 < paid < 7  # walking paid, coming back and standing still did not
+    _, info = env.reset(seed=3)
+    assert info["cells_visited"] == 1  # a new episode starts with its first cell only
+
+
 def test_synonyms_and_strict_parsing() -> None:
     env = make()
     for response, action in [

@@ -239,6 +239,8 @@ class CrafterTextEnv(TextEnv):
         unique_items: list only the nearest instance of each kind (BALROG's default); else every cell.
         precise_location: ``1 step north and 2 steps west`` instead of ``3 steps to your north-west``.
         describe_daylight: add ``It is day.`` / ``It is night.`` (not in BALROG's text).
+        novelty_bonus: training shaping, count-based exploration: added to the reward the first time in an
+            episode the player stands on a cell (0: crafter's reward alone); ``info["cells_visited"]`` counts them.
         invalid_action_penalty, invalid_action_feedback, strict_parsing, render_mode, invalid_action_fallback,
             offered_actions: see :class:`~verlog.envs.base.TextEnv`; ``render_mode`` may also be ``"rgb_array"`` (crafter's image).
     """
@@ -305,28 +307,17 @@ class CrafterTextEnv(TextEnv):
                 "chop tree",
                 "chop wood",
                 "cut tree",
-                "collect wood",
-                "collect sapling",
-                "collect stone",
-                "collect coal",
-                "collect iron",
-                "collect diamond",
+                *(f"collect {item}" for item in ("wood", "sapling", "stone", "coal", "iron", "diamond")),
                 "mine",
-                "mine stone",
-                "mine coal",
-                "mine iron",
-                "mine diamond",
+                *(f"mine {item}" for item in ("stone", "coal", "iron", "diamond")),
                 "drink",
                 "drink water",
                 "collect drink",
                 "eat",
                 "eat cow",
                 "eat plant",
-                "attack cow",
-                "attack zombie",
-                "attack skeleton",
-                "defeat zombie",
-                "defeat skeleton",
+                *(f"attack {creature}" for creature in ("cow", "zombie", "skeleton")),
+                *(f"defeat {creature}" for creature in ("zombie", "skeleton")),
             )
         },
         **{phrase: "Sleep" for phrase in ("rest", "go to sleep")},
@@ -353,6 +344,7 @@ class CrafterTextEnv(TextEnv):
         unique_items: bool = True,
         precise_location: bool = False,
         describe_daylight: bool = False,
+        novelty_bonus: float = 0.0,
         invalid_action_penalty: float = 0.0,
         invalid_action_feedback: bool = True,
         strict_parsing: bool = False,
@@ -374,6 +366,8 @@ class CrafterTextEnv(TextEnv):
         self.unique_items = bool(unique_items)
         self.precise_location = bool(precise_location)
         self.describe_daylight = bool(describe_daylight)
+        self.novelty_bonus = float(novelty_bonus)
+        self._visited: set[tuple[int, int]] = set()
         self.world_seed: int | None = None
         self._env = _HeadlessCrafter()
         # Semantic id -> name: materials by crafter's name, creatures by class name (BALROG's names).
@@ -391,6 +385,7 @@ class CrafterTextEnv(TextEnv):
     def _new_episode(self) -> tuple[str, dict[str, Any]]:
         self.world_seed = int(self.np_random.integers(0, 2**31 - 1))
         self._env.start(self.world_seed)
+        self._visited = {tuple(int(v) for v in self._env._player.pos)}
         semantic = self._env._sem_view()
         info = self._game_info(semantic, reward=0.0)
         return self._text(semantic), info
@@ -400,9 +395,12 @@ class CrafterTextEnv(TextEnv):
         terminated = self._env._player.health <= 0
         truncated = not terminated and self._env._step >= self.max_steps
         semantic = crafter_info["semantic"]
+        cell = tuple(int(v) for v in self._env._player.pos)
+        novel = cell not in self._visited
+        self._visited.add(cell)
         return (
             self._text(semantic),
-            float(reward),
+            float(reward) + self.novelty_bonus * novel,
             terminated,
             truncated,
             self._game_info(semantic, crafter_info["reward"]),
@@ -445,6 +443,7 @@ class CrafterTextEnv(TextEnv):
             "dead": bool(dead),
             "score": self._score(),
             "daylight": float(self._env._world.daylight),
+            "cells_visited": len(self._visited),
         }
 
     def _text(self, semantic: np.ndarray) -> str:
