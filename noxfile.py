@@ -217,6 +217,12 @@ def bench_first_moves(session: nox.Session) -> None:
 
 
 @nox.session
+def bench_action_mixes(session: nox.Session) -> None:
+    """Fixed mixes of Crafter actions played blind on learn_crafter_real's judged episodes: what a mix alone scores."""
+    session.run("python", "-m", "benchmarks.probes.action_mixes", *session.posargs)
+
+
+@nox.session
 def gpu_check(session: nox.Session) -> None:
     """The learner on one GPU in 8 minutes: tiny preset, 0.5B/3B shapes (LoRA or not, critic or not), FSDP2, the
     GPU tests; writes benchmarks/results/gpu.json (-- --cpu-smoke: the same legs on the CPU, tiny models)."""
