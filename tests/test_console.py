@@ -121,23 +121,24 @@ def test_the_closing_panel_shows_the_first_to_last_trend_and_the_presets_note(
     logger.close()
     text = console.export_text()
     assert all(len(line) <= 80 for line in text.splitlines())
-    # means of updates 1-5 (0.1, 0.3, 0.4, 0.5: the update without episodes left out) and 6-10
-    assert "first→last  success 0.33 → 0.80, invalid 0.70 → 0.20, entropy 6.2 → 6.2" in text
+    # 9 updates had episodes (not update 2): the means of their first 4 (0.1-0.5) and last 4 (0.7-1.0)
+    assert "first→last  success 0.33 → 0.85, invalid 0.70 → 0.20, entropy 6.2 → 6.2" in text
     assert text.rstrip().endswith("note: a tiny preset's word")
     (tmp_path / "runs" / "crafter-0001").mkdir(parents=True)
     crafter, console = _logger(Path("runs/crafter-0001"), 80, total=8)
-    for update in range(8):  # Crafter: no episode succeeds, its achievements move progression
+    for update in range(8):  # Crafter: no episode succeeds, achievements move progression, and the long
+        ended = update in (2, 4, 7)  # episodes end in a few updates only
         row = {
             **METRICS,
-            "env/success": 0.0,
-            "env/progression": 0.04 + update / 50,
+            "env/success": 0.0 if ended else math.nan,
+            "env/progression": 0.04 + update / 50 if ended else math.nan,
             "update": float(update + 1),
         }
         crafter.log(row, step=update)
     crafter.summary(updates=8, turns=256, env_id="verlog/Crafter-v0")
     text = console.export_text()
     assert "ended       progression 0.18, return 0.250 (last update)" in text
-    assert "first→last  progression 0.07 → 0.15, invalid" in text
+    assert "first→last  progression 0.08 → 0.18, invalid" in text  # update 3's episodes, then update 8's
     short, console = _logger(Path("runs/tiny-0002"), 80)
     for update in range(3):
         short.log({**METRICS, "update": float(update + 1)}, step=update)

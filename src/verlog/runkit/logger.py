@@ -231,22 +231,23 @@ def _measure(history: list[dict[str, float]]) -> tuple[str, str]:
 
 
 def _trend(history: list[dict[str, float]]) -> str:
-    """``success 0.12 → 0.80, invalid 0.93 → 0.48, entropy 4.9 → 2.4``, each the mean of the first and of
-    the last 5 updates (fewer in a short run; one update's success is noisy): whether the run moved, at a
-    glance. "" for fewer than 4 updates."""
+    """``success 0.12 → 0.80, invalid 0.93 → 0.48, entropy 4.9 → 2.4``: for each, the mean of its first and of
+    its last 5 values (fewer in a short run; one update's success is noisy), skipping updates without one (no
+    episode ended: most of a long-horizon run's early updates): whether the run moved, at a glance. "" for
+    fewer than 4 updates."""
     if len(history) < 4:
         return ""
-    k = min(5, len(history) // 2)
 
-    def mean(rows: list[dict[str, float]], key: str) -> float:
-        values = [v for row in rows if (v := row.get(key)) is not None and math.isfinite(v)]
-        return sum(values) / len(values) if values else math.nan
+    def ends(key: str, fmt: str) -> str:
+        values = [v for row in history if (v := row.get(key)) is not None and math.isfinite(v)]
+        k = min(5, len(values) // 2)
+        if k == 0:
+            return "-"
+        return f"{_or_dash(sum(values[:k]) / k, fmt)} → {_or_dash(sum(values[-k:]) / k, fmt)}"
 
-    parts = [
-        f"{label} {_or_dash(mean(history[:k], key), fmt)} → {_or_dash(mean(history[-k:], key), fmt)}"
-        for key, label, fmt in ((*_measure(history), "{:.2f}"), *TREND)
-    ]
-    return ", ".join(parts)
+    return ", ".join(
+        f"{label} {ends(key, fmt)}" for key, label, fmt in ((*_measure(history), "{:.2f}"), *TREND)
+    )
 
 
 def _or_dash(value: float | None, fmt: str) -> str:
