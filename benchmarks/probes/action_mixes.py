@@ -6,11 +6,11 @@ capped at ``--max-steps``), each mix gives the return, achievements, progression
 It answers two questions about SmolLM2 on Crafter: how much of a score is the *mix* of answers rather than
 reading the game (a model that answers Sleep 40 % of the time loses those turns wherever it stands), and what a
 learner gains by only re-weighting its answers. ``--samples`` adds the mix of a run's sampled answers
-(``samples.jsonl``, optionally only ``--updates LO:HI``). Figures go to ``benchmarks/results/action_mixes.json``;
+(``samples.jsonl``, optionally named ``NAME=PATH`` and only ``--updates LO:HI``). Figures go to ``benchmarks/results/action_mixes.json``;
 ``nox -s bench_action_mixes`` runs it.
 
     python -m benchmarks.probes.action_mixes
-    python -m benchmarks.probes.action_mixes --samples runs/RUN/samples.jsonl --updates 60:90
+    python -m benchmarks.probes.action_mixes --samples "attempt 5=runs/RUN/samples.jsonl" --updates 60:90
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ ENV_ID = "verlog/Crafter-v0"
 MOVES = ("Move West", "Move East", "Move North", "Move South")
 #: The mixes every run plays: weights (normalised when played) over Crafter's action names.
 MIXES: dict[str, dict[str, float]] = {
-    "uniform (the random agent)": {},  # filled with every action at weight 1
+    "uniform over the 17 actions (random, other draws)": {},  # every action at weight 1
     "Sleep, Do, Move North (thirds)": {"Sleep": 1, "Do": 1, "Move North": 1},
     "moves only": dict.fromkeys(MOVES, 1.0),
     "moves 60 %, Do 30 %, Sleep 5 %, Place Plant 5 %": {
@@ -110,15 +110,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--episodes", type=int, default=16, help="judged episodes (learn_crafter's default)")
     parser.add_argument("--eval-seed", type=int, default=10_000, help="the evaluation's base seed")
     parser.add_argument("--max-steps", type=int, default=200, help="episode cap (learn_crafter_real's)")
-    parser.add_argument("--samples", type=Path, action="append", default=[], help="a run's samples.jsonl")
+    parser.add_argument("--samples", action="append", default=[], help="[NAME=]a run's samples.jsonl")
     parser.add_argument("--updates", default=":", help="LO:HI, the updates of --samples to count")
     parser.add_argument("--out", type=Path, default=RESULTS / "action_mixes.json")
     args = parser.parse_args(argv)
     mixes = dict(MIXES)
-    for path in args.samples:
-        mixes[f"answers sampled in {path.parent.name}, updates {args.updates}"] = sampled_mix(
-            path, args.updates
-        )
+    for spec in args.samples:
+        name, _, path = spec.rpartition("=")
+        label = f"{name or Path(path).parent.name}: sampled answers, updates {args.updates}"
+        mixes[label] = sampled_mix(Path(path), args.updates)
     rows = []
     print(f"{'mix':66s} {'return':>13s} {'achievements':>13s} {'progression':>13s} {'cells':>11s}")
     for name, weights in mixes.items():

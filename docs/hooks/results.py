@@ -571,6 +571,17 @@ def first_moves() -> str:
     return table(["worked examples", "P(a move)", "P(toward win \\| move)", "uniform", "argmax toward", "move shares"], rows)  # fmt: skip
 
 
+def action_mixes(name: str = "action_mixes.json") -> str:
+    """Fixed mixes of Crafter actions played blind on the judged episodes (``action_mixes.json``)."""
+    data = load(name)
+    rows = [
+        [r["mix"], *(f"{r[k] * s:.{d}f} ± {r[k + '_se'] * s:.{d}f}"
+                     for k, s, d in (("return", 1, 2), ("achievements", 1, 2), ("progression", 100, 1), ("cells", 1, 1)))]
+        for r in data["rows"]
+    ]  # fmt: skip
+    return table(["mix (played blind)", "return", "achievements", "progression %", "cells visited"], rows)
+
+
 def rollout_smollm2() -> str:
     data = load("rollout-smollm2/rollout.json")
     rows = [
@@ -597,6 +608,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "zero_shot": zero_shot,
     "prompts": prompts,
     "first_moves": first_moves,
+    "action_mixes": action_mixes,
     "rollout_smollm2": rollout_smollm2,
     "crafter": crafter,
     "crafter_real": lambda: crafter("learn_crafter_real.json"),
