@@ -105,18 +105,24 @@ def test_sigterm_stops_after_the_update_in_progress_with_a_checkpoint(
 
 
 def test_a_second_signal_stops_at_once() -> None:
-    said: list[str] = []
-    with EarlyStop(0.0, said.append, lambda: "when update 3 ends") as stop:
-        os.kill(os.getpid(), signal.SIGINT)
-        assert stop.requested == "SIGINT" and stop.due(1.0)
-        assert said == [
-            "SIGINT: the run stops when update 3 ends, with a checkpoint to resume from; send it again to stop "
-            "at once (the updates since the last checkpoint are then lost)"
-        ]
-        with pytest.raises(KeyboardInterrupt):
+    # Python's own Ctrl-C handler, as in a terminal: a job started in the background without job control
+    # (`cmd &` in a script) inherits SIGINT ignored, and the second signal would go there: nowhere
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        said: list[str] = []
+        with EarlyStop(0.0, said.append, lambda: "when update 3 ends") as stop:
             os.kill(os.getpid(), signal.SIGINT)
-            time.sleep(1)  # the handler runs between bytecodes; this leaves it time
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+            assert stop.requested == "SIGINT" and stop.due(1.0)
+            assert said == [
+                "SIGINT: the run stops when update 3 ends, with a checkpoint to resume from; send it again to stop "
+                "at once (the updates since the last checkpoint are then lost)"
+            ]
+            with pytest.raises(KeyboardInterrupt):
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(1)  # the handler runs between bytecodes; this leaves it time
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, inherited)
 
 
 def test_no_signal_no_budget_means_no_early_stop() -> None:
