@@ -101,6 +101,24 @@ def test_the_run_ends_on_a_summary_panel(tmp_path: Path, monkeypatch: pytest.Mon
     assert "PPO ━" not in text.splitlines()[-1]  # not the progress bar
 
 
+@pytest.mark.parametrize("width", [80, 120])
+def test_a_game_scored_by_progression_shows_it_where_success_would_be(tmp_path: Path, width: int) -> None:
+    logger, console = _logger(tmp_path, width, total=3)
+    no_episode = {**METRICS, "env/success": math.nan, "env/progression": math.nan}
+    crafter = {**METRICS, "env/success": 0.0, "env/progression": 0.14}  # achievements, never a success
+    for update, row in enumerate((no_episode, crafter, no_episode)):
+        logger.log({**row, "update": float(update + 1)}, step=update)
+    logger.close()
+    lines = [_cells(line) for line in console.export_text().splitlines() if line.strip()]
+    if width == 80:  # no room for a progression column: the success column turns into it, with a new header
+        assert lines[0][4] == "success" and lines[1][4] == "-"
+        assert lines[2][4] == "progr" and lines[3][4] == "0.14" and lines[4][4] == "-"
+    else:  # both columns shown: each keeps its own figure
+        header = lines[0]
+        assert len(lines) == 4 and "success" in header and "progr" in header
+        assert lines[2][header.index("success")] == "0.00" and lines[2][header.index("progr")] == "0.14"
+
+
 def test_the_closing_panel_shows_the_first_to_last_trend_and_the_presets_note(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

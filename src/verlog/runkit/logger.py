@@ -16,7 +16,8 @@ __all__ = ["COLUMNS", "RunLogger", "flat_hyperparameters", "reproducible", "trac
 #: The console table: (metric, header, format, priority). Every name is the one used in metrics.jsonl and
 #: trackers. Priority 0 columns are always shown; the others join, lowest number first, while the row still
 #: fits the console's width (80 columns, also a log file's, show the essentials and entropy; 120 most). The
-#: rest are in metrics.jsonl.
+#: rest are in metrics.jsonl. Where progression has no column, a game scored by it (Crafter: achievements, no
+#: success) shows it in the success column, headed ``progr``, from its first finished episode.
 COLUMNS = (
     ("update", "upd", "{:.0f}", 0),
     ("global_step", "turns", "{:.0f}", 0),
@@ -71,6 +72,8 @@ class RunLogger:
         self.last: dict[str, float] = {}
         #: Every update's metrics (not warm-up's), for the closing panel's first-to-last trend.
         self.history: list[dict[str, float]] = []
+        #: What the table's success column shows: progression once a game scores partial progress (Crafter).
+        self.measure = "env/success"
         self.console: Any = None
         if self.main and console:
             from rich.console import Console
@@ -188,14 +191,21 @@ class RunLogger:
     def _row(self, metrics: dict[str, float]) -> Any:
         from rich.table import Table
 
+        # A game that scores partial progress (Crafter) shows it in the success column, under a new header,
+        # unless the table is wide enough to show the progression column itself.
+        swap = "env/progression" not in {column[0] for column in self.columns}
+        if swap and self.measure == "env/success" and _measure([metrics])[1] == "progression":
+            self.measure, self.rows = "env/progression", 0
         table = Table(
             show_header=self.rows % 20 == 0, box=None, pad_edge=False, padding=(0, 1), collapse_padding=True
         )
-        for _, header, _, _ in self.columns:
+        for key, header, _, _ in self.columns:
+            header = "progr" if key == "env/success" and self.measure != key else header
             table.add_column(header, justify="right", width=CELL, no_wrap=True)
         cells = []
         warmup = metrics.get("warmup/iteration")
         for key, _, fmt, _ in self.columns:
+            key = self.measure if key == "env/success" else key
             if key == "update" and warmup is not None:  # critic pre-training, before update 1
                 cells.append(f"w{warmup:.0f}")
             else:
