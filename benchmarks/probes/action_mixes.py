@@ -6,7 +6,7 @@ capped at ``--max-steps``), each mix gives the return, achievements, progression
 It answers two questions about SmolLM2 on Crafter: how much of a score is the *mix* of answers rather than
 reading the game (a model that answers Sleep 40 % of the time loses those turns wherever it stands), and what a
 learner gains by only re-weighting its answers. ``--samples`` adds the mix of a run's sampled answers
-(``samples.jsonl``, optionally named ``NAME=PATH`` and only ``--updates LO:HI``). Figures go to ``benchmarks/results/action_mixes.json``;
+(``samples.jsonl`` or the run folder, optionally named ``NAME=PATH`` and only ``--updates LO:HI``). Figures go to ``benchmarks/results/action_mixes.json``;
 ``nox -s bench_action_mixes`` runs it.
 
     python -m benchmarks.probes.action_mixes
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -88,12 +89,15 @@ def play(weights: Mapping[str, float], episodes: int, eval_seed: int, max_steps:
 
 
 def sampled_mix(path: Path, updates: str) -> dict[str, float]:
-    """The executed actions' shares among a run's sampled answers (``samples.jsonl``), in ``LO:HI`` updates."""
+    """The executed actions' shares among a run's sampled answers (``samples.jsonl`` or its run folder, read as
+    ``verlog report`` reads it: a live run's cut last line is skipped), in ``LO:HI`` updates."""
+    from verlog.runkit.samples import read_samples
+
     lo, _, hi = updates.partition(":")
-    low, high = int(lo or 0), int(hi or 10**9)
+    low, high = int(lo or 0), int(hi) if hi else math.inf
     counts = Counter(
         record["action"]
-        for record in map(json.loads, path.read_text().splitlines())
+        for record in read_samples(path).records
         if low <= record.get("update", 0) < high and record.get("action")
     )
     if not counts:
@@ -117,7 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     mixes = dict(MIXES)
     for spec in args.samples:
         name, _, path = spec.rpartition("=")
-        label = f"{name or Path(path).parent.name}: sampled answers, updates {args.updates}"
+        label = f"{name or path}: sampled answers, updates {args.updates}"
         mixes[label] = sampled_mix(Path(path), args.updates)
     rows = []
     print(f"{'mix':66s} {'return':>13s} {'achievements':>13s} {'progression':>13s} {'cells':>11s}")
