@@ -3,7 +3,7 @@ finite on the last process only, then another update.
 
 Every process must skip the poisoned minibatches together (a process skipping alone would leave the others
 waiting in a collective: the launch would hang), keep its weights through them, and end in step with the
-others. Each process writes ``<out>/rank-<r>.json``.
+others, and end its process group on closing. Each process writes ``<out>/rank-<r>.json``.
 
     accelerate launch ... tests/distributed_check.py OUT key=value ...
 """
@@ -64,10 +64,11 @@ def main(out: str, overrides: list[str]) -> None:
             if hasattr(m, "global_steps")
         ],
     }
+    trainer.close()
+    # A group left to interpreter exit can abort the process after its work is done (Gloo's threads).
+    result["group_ended"] = not torch.distributed.is_initialized()
     Path(out).mkdir(parents=True, exist_ok=True)
     (Path(out) / f"rank-{rank}.json").write_text(json.dumps(result))
-    trainer.envs.close()
-    trainer.logger.close()
 
 
 if __name__ == "__main__":

@@ -172,6 +172,7 @@ def test_a_non_finite_loss_on_one_process_skips_on_every_process(
     )  # fmt: skip
     ranks = [json.loads((tmp_path / "out" / f"rank-{r}.json").read_text()) for r in (0, 1)]
     assert [r["world"] for r in ranks] == [2, 2]
+    assert [r["group_ended"] for r in ranks] == [True, True]  # Trainer.close ended it on every process
     for r in ranks:
         assert r["first_steps"] == 2 and r["last_steps"] == 2
         # Only rank 1 saw NaN advantages, yet both skipped both minibatches and kept their weights.

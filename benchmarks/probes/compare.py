@@ -92,8 +92,7 @@ def run_one(method: str, seed: int, turns: int, config: Path, out: Path, overrid
         while trainer.global_step < turns:
             trainer.logger.log(trainer.train_update(), step=trainer.global_step)
     finally:
-        trainer.logger.close()
-        trainer.envs.close()
+        trainer.close()
     critic = trainer.critic
     result = {
         "method": method,

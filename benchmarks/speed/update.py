@@ -102,8 +102,7 @@ def measure(config: Config, updates: int, warmup: int) -> dict[str, Any]:
             tokens += epochs * (prompts + responses)
             response_tokens += epochs * responses
     finally:
-        trainer.logger.close()
-        trainer.envs.close()
+        trainer.close()
         shutil.rmtree(trainer.run_dir, ignore_errors=True)
     turns = T * config.env.num_envs * updates
     params = sum(p.numel() for p in trainer.accelerator.unwrap_model(trainer.actor).parameters())

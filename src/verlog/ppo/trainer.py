@@ -276,10 +276,18 @@ class Trainer:
                 note=self.config.run.note,
             )
         finally:
-            self.logger.close()
-            self.envs.close()
-            if self.samples is not None:
-                self.samples.close()
+            self.close()
+
+    def close(self) -> None:
+        """Close the logger, the envs and the samples file, and end a launch's process group: left to
+        interpreter exit, Gloo's threads can abort a process whose work is done (SIGABRT, "terminate called
+        without an active exception"). A single process's group, if any, is vLLM's and stays."""
+        self.logger.close()
+        self.envs.close()
+        if self.samples is not None:
+            self.samples.close()
+        if self.accelerator.num_processes > 1:
+            self.accelerator.state.destroy_process_group()
 
     def _panel(self) -> dict[str, float]:
         """Play the validation panel on the current weights (:mod:`verlog.evaluation.panel`); one console line."""

@@ -185,8 +185,9 @@ class RunLogger:
 
     def close(self) -> None:
         self.close_progress()
-        if self.main and self.accelerator.trackers:
-            self.accelerator.end_training()
+        if self.main:  # the process group is the trainer's to end (Trainer.close)
+            for tracker in self.accelerator.trackers:
+                tracker.finish()
 
     def _row(self, metrics: dict[str, float]) -> Any:
         from rich.table import Table
