@@ -118,6 +118,25 @@ def test_without_window_bootstrap_a_running_episode_is_cut_at_the_batch_end() ->
     assert storage.returns[1, 0, 0].item() == pytest.approx(2 + 0.5 * 10)  # the default bootstraps
 
 
+def test_unwhitened_advantages_keep_the_rewards_scale() -> None:
+    """``ppo.whiten_advantages = false``: a batch where little reward came keeps small advantages (the raw GAE,
+    here ``returns - values`` with lambda 1) instead of being scaled up to std 1; the std before whitening is
+    reported either way."""
+    storage = TurnStorage(num_turns=2, num_envs=2, max_response_tokens=2, pad_id=PAD)
+    storage.reset_first([[1]] * 2)
+    storage.insert([[1]] * 2, [[5]] * 2, [[0.0]] * 2, [0.01, 0.0], [0, 0], [0, 0])
+    storage.insert([[1]] * 2, [[5]] * 2, [[0.0]] * 2, [0.0, 0.02], [1, 1], [0, 0])
+    kwargs = dict(turn_gamma=1.0, turn_lam=1.0, token_gamma=1.0, token_lam=1.0)
+    raw_std = gae_advantages(storage, whiten_advantages=False, **kwargs)
+    raw = storage.advantages[:, :, 0].flatten()
+    assert raw.tolist() == pytest.approx((storage.returns - storage.token_values)[:, :, 0].flatten().tolist())
+    assert raw.tolist() == pytest.approx([0.01, 0.02, 0.0, 0.02])
+    assert storage.advantages[:, :, 1].abs().sum() == 0  # padding stays 0
+    assert raw_std == pytest.approx(torch.tensor([0.01, 0.02, 0.0, 0.02]).std().item(), rel=1e-5)
+    assert gae_advantages(storage, **kwargs) == pytest.approx(raw_std)
+    assert storage.advantages[storage.response_mask.bool()].std().item() == pytest.approx(1.0, abs=1e-4)
+
+
 def test_kl_penalty_enters_the_returns() -> None:
     storage = TurnStorage(1, 1, max_response_tokens=3, pad_id=PAD)
     storage.reset_first([[1]])

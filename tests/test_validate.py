@@ -131,3 +131,15 @@ def test_a_tracker_that_is_not_installed_is_a_problem_not_a_silent_drop(model_di
     )
     with pytest.raises(ConfigError, match=r"^run\.trackers: no_such_tracker is not installed"):
         validate(config)
+
+
+def test_unwhitened_advantages_are_for_gae_only() -> None:
+    """A critic-free estimator has its own scaling (``algo.norm``): turning GAE's whitening off there would do
+    nothing, silently."""
+    config = load_config(
+        None,
+        ["model.build_tiny=true", f"env.id={TOY_ID}", 'algo.advantage="grpo"', "ppo.whiten_advantages=false"],
+    )
+    with pytest.raises(ConfigError, match=r'is for GAE; algo.advantage = .grpo. .*fix: algo.norm="mean"'):
+        validate(config)
+    validate(load_config(None, ["model.build_tiny=true", f"env.id={TOY_ID}", "ppo.whiten_advantages=false"]))

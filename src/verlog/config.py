@@ -265,6 +265,8 @@ class PPOConfig:
     """Per-token KL penalty to the frozen reference, in the reward (0 = no reference model)."""
     window_bootstrap: bool = True
     """Bootstrap an episode still running at the batch end with the critic's value of its next state (False: that value is taken as 0, as a trainer that treats a batch end as an episode end; for ablations)."""
+    whiten_advantages: bool = True
+    """GAE: scale the batch's advantages to mean 0, std 1 (False: only the reward's own scale; a batch where no reward came then moves the policy by its small advantages, not by critic noise made unit-sized)."""
     critic_warmup_batches: int = 0
     """Critic pre-training: batches of T turns per env collected once before the actor moves (W; 0 = off)."""
     critic_warmup_iters: int = 0

@@ -10,8 +10,8 @@ from them. The PPO loss that reads them is :mod:`verlog.ppo.update`'s.
 
 **Dual-discount GAE** (``"gae"``), with the critic: the formulas and the vectorised scan are
 :mod:`verlog.ppo.gae`'s; the advantages are whitened over the batch (over every process's batch when several
-train together). The value after the batch's last turn bootstraps an episode still running there, unless
-``ppo.window_bootstrap = false`` (the ablations' cut).
+train together) unless ``ppo.whiten_advantages = false``. The value after the batch's last turn bootstraps an
+episode still running there, unless ``ppo.window_bootstrap = false`` (the ablations' cut).
 
 **Group baselines** (``"grpo"``, ``"rloo"``, ``"gigpo"``), no critic. A batch is ``groups x G`` whole episodes; episodes ``[k G, (k+1) G)`` form group ``k`` and started from the
 same state (one reset seed). Every turn of episode ``i`` gets the *episode* advantage
@@ -113,18 +113,21 @@ def compute_advantages(
 
 
 # ------------------------------------------------------------------ "gae": dual-discount GAE with the critic
-def whiten(x: Tensor, mask: Tensor, all_reduce: AllReduce | None = None) -> Tensor:
-    """(x - mean) / sqrt(var + 1e-8) over the entries where ``mask`` is 1 (unbiased variance); 0 elsewhere.
-
-    ``all_reduce`` sums a tensor over processes, so several processes whiten with the same statistics.
-    """
+def masked_moments(x: Tensor, mask: Tensor, all_reduce: AllReduce | None = None) -> tuple[float, float]:
+    """Mean and unbiased variance of ``x`` over the entries where ``mask`` is 1; ``all_reduce`` sums a tensor
+    over processes, so several processes get the same statistics."""
     stats = torch.stack([(x * mask).sum(), (x * x * mask).sum(), mask.sum()]).double()
     if all_reduce is not None:
         stats = all_reduce(stats)
     total, total_sq, count = stats.tolist()
     mean = total / max(count, 1.0)
-    var = (total_sq - count * mean * mean) / max(count - 1.0, 1.0)
-    return (x - mean) * torch.rsqrt(torch.tensor(max(var, 0.0) + 1e-8, dtype=x.dtype)) * mask
+    return mean, max((total_sq - count * mean * mean) / max(count - 1.0, 1.0), 0.0)
+
+
+def whiten(x: Tensor, mask: Tensor, all_reduce: AllReduce | None = None) -> Tensor:
+    """(x - mean) / sqrt(var + 1e-8) over the entries where ``mask`` is 1 (:func:`masked_moments`); 0 elsewhere."""
+    mean, var = masked_moments(x, mask, all_reduce)
+    return (x - mean) * torch.rsqrt(torch.tensor(var + 1e-8, dtype=x.dtype)) * mask
 
 
 def gae_advantages(
@@ -137,9 +140,10 @@ def gae_advantages(
     kl_coef: float = 0.0,
     all_reduce: AllReduce | None = None,
     window_bootstrap: bool = True,
-) -> None:
+    whiten_advantages: bool = True,
+) -> float:
     """Dual-discount GAE over a turn batch: ``storage.returns`` are the critic targets, ``storage.advantages``
-    are whitened.
+    are whitened (unless ``whiten_advantages=False``); returns the advantages' std before any whitening.
 
     ``values``, ``token_values``, ``truncated_values``, ``old_logprobs`` (and ``ref_logprobs`` when
     ``kl_coef > 0``) must be scored first. The value after a turn is ``V_{t+1,0}`` while the episode goes on,
@@ -168,14 +172,19 @@ def gae_advantages(
         token_rewards=token_rewards,
     )
     s.returns = returns.float()
-    s.advantages = whiten(advantages.float(), s.response_mask, all_reduce)
+    advantages = advantages.float()
+    std = masked_moments(advantages, s.response_mask, all_reduce)[1] ** 0.5
+    s.advantages = (
+        whiten(advantages, s.response_mask, all_reduce) if whiten_advantages else advantages * s.response_mask
+    )
+    return std
 
 
 def _gae(
     storage: TurnStorage, config: Config, *, all_reduce: AllReduce | None, kl_coef: float
 ) -> dict[str, float]:
     ppo = config.ppo
-    gae_advantages(
+    std = gae_advantages(
         storage,
         turn_gamma=ppo.turn_gamma,
         turn_lam=ppo.turn_lam,
@@ -184,8 +193,9 @@ def _gae(
         kl_coef=kl_coef,
         all_reduce=all_reduce,
         window_bootstrap=ppo.window_bootstrap,
+        whiten_advantages=ppo.whiten_advantages,
     )
-    return {}
+    return {"losses/advantage_std": std}  # before whitening: how much signal the batch's rewards carried
 
 
 # ------------------------------------------------------------------ group baselines (no critic)

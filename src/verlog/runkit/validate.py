@@ -192,6 +192,8 @@ def _algo(config: Config) -> Iterator[str]:
             "log-probs (fix: ppo.reuse_sampler_logprobs=false)"
         )
     name = f"algo.advantage = {algo.advantage!r}"
+    if not ppo.whiten_advantages:
+        yield f'ppo.whiten_advantages = false is for GAE; {name} scales by algo.norm (fix: algo.norm="mean")'
     if algo.group_size < 0 or algo.max_episode_turns < 1 or algo.resample_attempts < 0:
         yield (
             "algo.group_size and algo.resample_attempts must be >= 0 and algo.max_episode_turns >= 1, got "
