@@ -229,64 +229,56 @@ class Trainer:
         run = self.config.run
         when = lambda: f"when update {self.update + 1} ends"  # noqa: E731
         with EarlyStop(run.max_minutes, self.logger.print, when) as self.early_stop:
-            self._train(run)
+            try:
+                self._train(run)
+            except BaseException:
+                # a lost peer's group cannot end, and exit_on_peer_loss still reads it
+                self.close(end_group=False)
+                raise
+        self.close()
 
     def _train(self, run: Any) -> None:
         """:meth:`train`'s loop, under :class:`EarlyStop`: the budget or a signal ends it after an update."""
-        try:
-            if not self.warmed_up:
-                self.warmup_critic()
-                self.guard.after_update(0, {}, {"critic": self._guarded()["critic"]})
-                if run.checkpoint_every:
-                    self.save()
-            if self.watchdog is not None and latest_checkpoint(self.run_dir) is None:
-                self.save()  # a good point to roll back to before the first update
-            while self.update < run.total_updates:
-                metrics = self.train_update()
-                self._next_stage(metrics)
-                last = (
-                    self.update == run.total_updates
-                    or 0 < run.total_turns <= self.global_step
-                    or self.early_stop.due(metrics["time/total"])
-                )
-                if run.eval_every and (last or self.update % run.eval_every == 0):
-                    metrics.update(self._panel())
-                reason = self._collapse(metrics)
-                if reason is not None:
-                    self._roll_back(reason)  # or Collapsed past watchdog.max_rollbacks
-                    continue
-                self.logger.log(metrics, step=self.global_step)
-                best = metrics.get("eval/score", -math.inf) > self.best_score
-                if best or last or (run.checkpoint_every and self.update % run.checkpoint_every == 0):
-                    self.save()
-                if best:
-                    self.best_score = metrics["eval/score"]
-                    if self.accelerator.is_main_process:
-                        mark_best(
-                            self.run_dir,
-                            self.update,
-                            {k: v for k, v in metrics.items() if k.startswith("eval/")},
-                        )
-                if last:
-                    break
-            self.logger.summary(
-                updates=self.update,
-                turns=self.global_step,
-                env_id=self.config.env.id,
-                note=self.config.run.note,
-            )
-        finally:
-            self.close()
+        if not self.warmed_up:
+            self.warmup_critic()
+            self.guard.after_update(0, {}, {"critic": self._guarded()["critic"]})
+            if run.checkpoint_every:
+                self.save()
+        if self.watchdog is not None and latest_checkpoint(self.run_dir) is None:
+            self.save()  # a good point to roll back to before the first update
+        while self.update < run.total_updates:
+            metrics = self.train_update()
+            self._next_stage(metrics)
+            last = self.update == run.total_updates or 0 < run.total_turns <= self.global_step
+            last = last or self.early_stop.due(metrics["time/total"])
+            if run.eval_every and (last or self.update % run.eval_every == 0):
+                metrics.update(self._panel())
+            reason = self._collapse(metrics)
+            if reason is not None:
+                self._roll_back(reason)  # or Collapsed past watchdog.max_rollbacks
+                continue
+            self.logger.log(metrics, step=self.global_step)
+            best = metrics.get("eval/score", -math.inf) > self.best_score
+            if best or last or (run.checkpoint_every and self.update % run.checkpoint_every == 0):
+                self.save()
+            if best:
+                self.best_score = metrics["eval/score"]
+                if self.accelerator.is_main_process:
+                    scores = {k: v for k, v in metrics.items() if k.startswith("eval/")}
+                    mark_best(self.run_dir, self.update, scores)
+            if last:
+                break
+        summary = {"updates": self.update, "turns": self.global_step, "env_id": self.config.env.id}
+        self.logger.summary(**summary, note=self.config.run.note)
 
-    def close(self) -> None:
-        """Close the logger, the envs and the samples file, and end a launch's process group: left to
-        interpreter exit, Gloo's threads can abort a process whose work is done (SIGABRT, "terminate called
-        without an active exception"). A single process's group, if any, is vLLM's and stays."""
+    def close(self, *, end_group: bool = True) -> None:
+        """Close the logger, envs and samples file, and end a launch's process group: left to interpreter exit,
+        Gloo's threads can abort a finished process (SIGABRT). A lone process's group, if any, is vLLM's."""
         self.logger.close()
         self.envs.close()
         if self.samples is not None:
             self.samples.close()
-        if self.accelerator.num_processes > 1:
+        if end_group and self.accelerator.num_processes > 1:
             self.accelerator.state.destroy_process_group()
 
     def _panel(self) -> dict[str, float]:
