@@ -124,9 +124,12 @@ def masked_moments(x: Tensor, mask: Tensor, all_reduce: AllReduce | None = None)
     return mean, max((total_sq - count * mean * mean) / max(count - 1.0, 1.0), 0.0)
 
 
-def whiten(x: Tensor, mask: Tensor, all_reduce: AllReduce | None = None) -> Tensor:
-    """(x - mean) / sqrt(var + 1e-8) over the entries where ``mask`` is 1 (:func:`masked_moments`); 0 elsewhere."""
-    mean, var = masked_moments(x, mask, all_reduce)
+def whiten(
+    x: Tensor, mask: Tensor, all_reduce: AllReduce | None = None, moments: tuple[float, float] | None = None
+) -> Tensor:
+    """(x - mean) / sqrt(var + 1e-8) over the entries where ``mask`` is 1 (:func:`masked_moments`, unless
+    given); 0 elsewhere."""
+    mean, var = masked_moments(x, mask, all_reduce) if moments is None else moments
     return (x - mean) * torch.rsqrt(torch.tensor(var + 1e-8, dtype=x.dtype)) * mask
 
 
@@ -172,12 +175,10 @@ def gae_advantages(
         token_rewards=token_rewards,
     )
     s.returns = returns.float()
-    advantages = advantages.float()
-    std = masked_moments(advantages, s.response_mask, all_reduce)[1] ** 0.5
-    s.advantages = (
-        whiten(advantages, s.response_mask, all_reduce) if whiten_advantages else advantages * s.response_mask
-    )
-    return std
+    advantages, mask = advantages.float(), s.response_mask
+    moments = masked_moments(advantages, mask, all_reduce)
+    s.advantages = whiten(advantages, mask, moments=moments) if whiten_advantages else advantages * mask
+    return moments[1] ** 0.5
 
 
 def _gae(

@@ -232,8 +232,7 @@ class Trainer:
             try:
                 self._train(run)
             except BaseException:
-                # a lost peer's group cannot end, and exit_on_peer_loss still reads it
-                self.close(end_group=False)
+                self.close(end_group=False)  # a lost peer's group cannot end; exit_on_peer_loss reads it
                 raise
         self.close()
 
@@ -268,8 +267,9 @@ class Trainer:
                     mark_best(self.run_dir, self.update, scores)
             if last:
                 break
-        summary = {"updates": self.update, "turns": self.global_step, "env_id": self.config.env.id}
-        self.logger.summary(**summary, note=self.config.run.note)
+        self.logger.summary(
+            updates=self.update, turns=self.global_step, env_id=self.config.env.id, note=run.note
+        )
 
     def close(self, *, end_group: bool = True) -> None:
         """Close the logger, envs and samples file, and end a launch's process group: left to interpreter exit,
