@@ -133,7 +133,7 @@ def learn_crafter_real(session: nox.Session) -> None:
         "--budget-min",
         "50",
         "--episodes",
-        "16",
+        "32",
         "--eval-envs",
         "16",
         *session.posargs,

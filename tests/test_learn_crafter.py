@@ -88,6 +88,22 @@ def test_rerunning_a_cell_keeps_the_old_entry_under_earlier_runs(judge, tmp_path
     assert other["seeds_failed"] == [["grpo", 1], ["verlog", 1]]
 
 
+def test_a_changed_judge_moves_every_old_entry_to_earlier_runs(judge, tmp_path: Path) -> None:
+    """Seeds judged on 16 episodes are not counted beside one judged on 32: they stay, with their judge."""
+    path = tmp_path / "r.json"
+    small = {"benchmark": "r", "episodes": 16, "eval_seed": 10_000}
+    for seed in (1, 2):
+        path.write_text(
+            json.dumps(judge.merge(path, {"variant": "verlog", "seed": seed, "passed": False}, small))
+        )
+    same_judge = judge.merge(path, {"variant": "verlog", "seed": 3, "passed": False}, small)
+    assert [s["seed"] for s in same_judge["seeds"]] == [1, 2, 3] and same_judge["earlier_runs"] == []
+    big = {**small, "episodes": 32}
+    merged = judge.merge(path, {"variant": "verlog", "seed": 3, "passed": True}, big)
+    assert merged["seeds_passed"] == [["verlog", 3]] and merged["seeds_failed"] == []
+    assert [(s["seed"], s["judge"]["episodes"]) for s in merged["earlier_runs"]] == [(1, 16), (2, 16)]
+
+
 def test_long_run_health_flags_growing_memory_and_sums_the_counters() -> None:
     long_run = importlib.import_module("benchmarks.probes.long_run")
 

@@ -156,9 +156,20 @@ def verdict(
     return {"gains": gains, "passed": all(holds) if pass_on == "both" else any(holds)}
 
 
+#: The header fields that say how seeds were judged: entries judged otherwise cannot be compared with the new one.
+JUDGE_KEYS = ("task", "episodes", "eval_seed", "pass_on", "z_required", "judged")
+
+
 def merge(path: Path, record: dict[str, Any], header: dict[str, Any]) -> dict[str, Any]:
-    """The results file with ``record`` as its (variant, seed) entry; an earlier one moves to ``earlier_runs``."""
+    """The results file with ``record`` as its (variant, seed) entry; an earlier one moves to ``earlier_runs``.
+
+    When the judge changed (more episodes, other seeds, another task), every old entry moves there, each with
+    the judge it had under ``judge``, so the file's verdicts only count seeds judged alike."""
     old: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}
+    old_judge = {k: old[k] for k in JUDGE_KEYS if k in old}
+    if any(old_judge[k] != header[k] for k in old_judge if k in header):
+        moved = [{**s, "judge": old_judge} for s in old.get("seeds", [])]
+        old = {"seeds": [], "earlier_runs": old.get("earlier_runs", []) + moved}
     same = lambda s: (s["variant"], s["seed"]) == (record["variant"], record["seed"])  # noqa: E731
     replaced = [s for s in old.get("seeds", []) if same(s)]
     seeds = sorted(
