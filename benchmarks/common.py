@@ -1,5 +1,5 @@
 """What more than one benchmark needs: the repository's folders, the machine record, a preset loaded as the
-learner loads it, the update records of a run, and the statistics the demonstrations judge by.
+learner loads it, the update records of a run, a lock for results files, and the statistics the demonstrations judge by.
 
 Scripts import it as ``benchmarks.common`` (each runs as ``python -m benchmarks.<kind>.<name>`` from the
 repository root), so no script reaches another through ``sys.path``.
@@ -8,12 +8,15 @@ repository root), so no script reaches another through ``sys.path``.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import hashlib
 import json
 import math
+import os
 import shutil
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +25,7 @@ __all__ = [
     "RESULTS",
     "ROOT",
     "load_preset",
+    "locked",
     "preset_parser",
     "machine",
     "mean_se",
@@ -70,6 +74,18 @@ def load_preset(parser: argparse.ArgumentParser, path: Path, overrides: Sequence
     except (ConfigError, OSError) as error:
         parser.error(f"config: {error}")
     return config
+
+
+@contextlib.contextmanager
+def locked(folder: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``folder`` (``flock`` on the folder itself, no lock file left behind): two
+    demonstrations finishing at once read, merge and write one results file in turn, and neither entry is lost."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
 
 
 def update_records(run_dir: Path) -> list[dict[str, Any]]:

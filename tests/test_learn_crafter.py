@@ -104,6 +104,28 @@ def test_a_changed_judge_moves_every_old_entry_to_earlier_runs(judge, tmp_path: 
     assert [(s["seed"], s["judge"]["episodes"]) for s in merged["earlier_runs"]] == [(1, 16), (2, 16)]
 
 
+def test_two_seeds_finishing_at_once_write_the_results_file_in_turn(tmp_path: Path) -> None:
+    """While one demonstration holds the results folder's lock, another waits for it before it reads the file."""
+    import threading
+
+    from benchmarks.common import locked
+
+    order: list[str] = []
+
+    def second() -> None:
+        with locked(tmp_path):
+            order.append("second")
+
+    with locked(tmp_path):
+        waiting = threading.Thread(target=second)
+        waiting.start()
+        waiting.join(timeout=0.5)
+        assert waiting.is_alive()  # blocked on the lock, not done
+        order.append("first")
+    waiting.join(timeout=10)
+    assert order == ["first", "second"] and list(tmp_path.iterdir()) == []
+
+
 def test_long_run_health_flags_growing_memory_and_sums_the_counters() -> None:
     long_run = importlib.import_module("benchmarks.probes.long_run")
 

@@ -38,7 +38,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import RESULTS, ROOT, load_preset, machine, mean_se, update_records
+from benchmarks.common import RESULTS, ROOT, load_preset, locked, machine, mean_se, update_records
 from verlog.pipes import closed_pipe_ok
 from verlog.quiet import quiet_console
 from verlog.runkit.folder import CONFIG_FILE
@@ -386,8 +386,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "judged": list(JUDGED),
     }
     args.out.mkdir(parents=True, exist_ok=True)
-    results = merge(args.out / f"{stem}.json", record, header)
-    (args.out / f"{stem}.json").write_text(json.dumps(results, indent=2) + "\n")
+    with locked(args.out):  # another seed may be writing the same file
+        results = merge(args.out / f"{stem}.json", record, header)
+        (args.out / f"{stem}.json").write_text(json.dumps(results, indent=2) + "\n")
     plot(results, args.out / f"{stem}.png")
     console.print(f"wrote {args.out / (stem + '.json')} and .png")
     return 0 if result["passed"] else 1

@@ -59,6 +59,7 @@ from benchmarks.common import (
     ROOT,
     cached_random,
     load_preset,
+    locked,
     machine,
     random_key,
     update_records,
@@ -552,8 +553,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     stem = args.config.stem
     args.out.mkdir(parents=True, exist_ok=True)
-    results = merge(args.out / f"{stem}.json", record, header)
-    (args.out / f"{stem}.json").write_text(json.dumps(results, indent=2) + "\n")
+    with locked(args.out):  # another seed may be writing the same file
+        results = merge(args.out / f"{stem}.json", record, header)
+        (args.out / f"{stem}.json").write_text(json.dumps(results, indent=2) + "\n")
     plot(results, args.out / f"{stem}.png")
     console.print(
         f"wrote {args.out / (stem + '.json')} (seeds {[s['seed'] for s in results['seeds']]}) and .png"

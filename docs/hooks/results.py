@@ -267,7 +267,12 @@ def crafter(name: str = "learn_crafter.json") -> str:
         "training (load)",
         "",
     ]
-    return table(header, rows)
+    judge = (
+        f"Each agent plays the same {data['episodes']} held-out episodes (seeds from {data['eval_seed']:,}).\n\n"
+        if "episodes" in data and "eval_seed" in data
+        else ""
+    )
+    return judge + table(header, rows)
 
 
 def crafter_achievements(name: str = "learn_crafter.json") -> str:
