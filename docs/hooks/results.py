@@ -153,7 +153,9 @@ def _verdict(passed: Any) -> str:
 
 
 def _z(entry: Mapping[str, Any]) -> str:
-    z = _number(entry.get("z"))
+    """The gain over the untrained model in SEs; a Crafter entry's is its progression's (the figure shown)."""
+    crafter = entry.get("gains", {}).get("progression_over_untrained", {})
+    z = _number(entry.get("z", crafter.get("z")))
     return f"{z:+.1f}" if z is not None else ""
 
 
@@ -362,6 +364,14 @@ def long_run(name: str = "long_run.json") -> str:
     return table(["", "", "", ""], rows)
 
 
+def _earlier(entry: Mapping[str, Any]) -> str:
+    """`` (earlier run)`` for a replaced entry, with the judge's size where the judge has changed since."""
+    if not entry.get("earlier"):
+        return ""
+    judge = entry.get("judge", {})
+    return f" (earlier run, {judge['episodes']} episodes judged)" if "episodes" in judge else " (earlier run)"
+
+
 def runs() -> str:
     """Every run the results files record, the replaced ones (``earlier_runs``) included: the log page."""
     rows = []
@@ -370,7 +380,7 @@ def runs() -> str:
             before, after = before_after(entry)
             rows.append(
                 [
-                    f"`{name}`" + (" (earlier run)" if entry.get("earlier") else ""),
+                    f"`{name}`" + _earlier(entry),
                     entry.get("seed", ""),
                     str(entry.get("date", ""))[:10],
                     entry.get("run_dir", ""),
