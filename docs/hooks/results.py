@@ -270,11 +270,11 @@ def crafter(name: str = "learn_crafter.json") -> str:
         "",
     ]
     judge = (
-        f"Each agent plays the same {data['episodes']} held-out episodes (seeds from {data['eval_seed']:,}).\n\n"
+        f"\n\nEach agent played the same {data['episodes']} held-out episodes (seeds from {data['eval_seed']:,})."
         if "episodes" in data and "eval_seed" in data
         else ""
     )
-    return judge + table(header, rows)
+    return table(header, rows) + judge
 
 
 def crafter_achievements(name: str = "learn_crafter.json") -> str:
