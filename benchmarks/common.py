@@ -1,5 +1,6 @@
 """What more than one benchmark needs: the repository's folders, the machine record, a preset loaded as the
-learner loads it, the update records of a run, a lock for results files, and the statistics the demonstrations judge by.
+learner loads it, the update records of a run, a lock for results files, and the statistics the
+demonstrations judge by.
 
 Scripts import it as ``benchmarks.common`` (each runs as ``python -m benchmarks.<kind>.<name>`` from the
 repository root), so no script reaches another through ``sys.path``.
@@ -79,7 +80,8 @@ def load_preset(parser: argparse.ArgumentParser, path: Path, overrides: Sequence
 @contextlib.contextmanager
 def locked(folder: Path) -> Iterator[None]:
     """Hold an exclusive lock on ``folder`` (``flock`` on the folder itself, no lock file left behind): two
-    demonstrations finishing at once read, merge and write one results file in turn, and neither entry is lost."""
+    demonstrations finishing at once read, merge and write one results file in turn, and neither entry is
+    lost."""
     fd = os.open(folder, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)

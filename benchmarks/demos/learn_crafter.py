@@ -156,7 +156,7 @@ def verdict(
     return {"gains": gains, "passed": all(holds) if pass_on == "both" else any(holds)}
 
 
-#: The header fields that say how seeds were judged: entries judged otherwise cannot be compared with the new one.
+#: The header fields that say how seeds were judged: entries judged otherwise are not compared with a new one.
 JUDGE_KEYS = ("task", "episodes", "eval_seed", "pass_on", "z_required", "judged")
 
 
