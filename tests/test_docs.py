@@ -124,6 +124,26 @@ def test_a_demonstration_with_a_new_layout_is_one_line(
     assert "10.0 min" in per_seed and "✗" in per_seed
 
 
+def test_crafter_achievement_rates_show_every_seed_with_its_standard_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rate over n episodes is a mean of 0/1 outcomes: SE sqrt(p (1 - p) / (n - 1)); no seed is averaged away."""
+
+    def block(rates: dict[str, float]) -> dict:
+        return {"episodes": 5, "achievement_rates": rates}
+
+    data = {"seeds": [
+        {"seed": 3, "random": block({"wake_up": 0.4}), "untrained": block({}), "trained": block({"eat_cow": 1.0})},
+        {"seed": 4, "random": block({"wake_up": 0.4}), "untrained": block({}), "trained": block({"wake_up": 0.6})},
+    ]}  # fmt: skip
+    (tmp_path / "crafter.json").write_text(json.dumps(data))
+    monkeypatch.setattr(results, "RESULTS", tmp_path)
+    lines = results.crafter_achievements("crafter.json").splitlines()
+    assert lines[0] == "| achievement | random | untrained | seed 3 | seed 4 |"
+    assert lines[2] == "| eat_cow | 0 ± 0 % | 0 ± 0 % | 100 ± 0 % | 0 ± 0 % |"
+    assert lines[3] == "| wake_up | 40 ± 24 % | 0 ± 0 % | 0 ± 0 % | 60 ± 24 % |"  # sqrt(.24 / 4) = .245
+
+
 def test_the_headline_rows_follow_the_demonstrations_list() -> None:
     rows = results.headline().splitlines()[2:]
     assert len(rows) == len(results.DEMONSTRATIONS)

@@ -277,19 +277,24 @@ def crafter(name: str = "learn_crafter.json") -> str:
     return table(header, rows) + judge
 
 
+def _rate_cell(block: Mapping[str, Any] | None, achievement: str) -> str:
+    """An achievement's rate over a block's episodes with its SE. A rate is the mean of a 0/1 outcome per episode,
+    so its sample SE (``mean_se``'s, as every other figure) is sqrt(p (1 - p) / (n - 1)) and needs only p and n."""
+    block = block or {}
+    p, n = block.get("achievement_rates", {}).get(achievement, 0.0), int(block.get("episodes", 0))
+    se = math.sqrt(p * (1 - p) / (n - 1)) if n > 1 else math.nan
+    return f"{100 * p:.0f} ± {100 * se:.0f} %"
+
+
 def crafter_achievements(name: str = "learn_crafter.json") -> str:
-    """Per-achievement success rates on the held-out episodes: random, untrained, and the seeds' trained mean."""
+    """Per-achievement success rates on the held-out episodes, each ± SE over episodes: random, untrained and
+    every seed's trained model (a mean over seeds would hide the seed that learned something the others did not)."""
     entries = seeds(load(name))
     blocks = [("random", entries[0].get("random")), ("untrained", before_after(entries[0])[0])]
-    trained = [e.get("trained") or {} for e in entries]
-    names = sorted({a for _, b in blocks for a in (b or {}).get("achievement_rates", {})}
-                   | {a for b in trained for a in b.get("achievement_rates", {})})  # fmt: skip
-    rows = []
-    for a in names:
-        cells = [f"{100 * (b or {}).get('achievement_rates', {}).get(a, 0.0):.0f} %" for _, b in blocks]
-        mean = sum(b.get("achievement_rates", {}).get(a, 0.0) for b in trained) / max(1, len(trained))
-        rows.append([a, *cells, f"{100 * mean:.0f} %"])
-    return table(["achievement", "random", "untrained", f"trained (mean of {len(trained)} seeds)"], rows)
+    blocks += [(f"seed {e['seed']}", e.get("trained")) for e in entries]
+    names = sorted({a for _, b in blocks for a in (b or {}).get("achievement_rates", {})})
+    rows = [[a, *(_rate_cell(b, a) for _, b in blocks)] for a in names]
+    return table(["achievement", *(label for label, _ in blocks)], rows)
 
 
 def ablation(name: str = "learn_crafter_ablation.json") -> str:
