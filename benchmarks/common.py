@@ -101,8 +101,9 @@ def update_records(run_dir: Path) -> list[dict[str, Any]]:
 
 
 def mean_se(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and standard error of the mean (sample std / sqrt(n), BALROG's) over the values that are not NaN;
-    NaN for what one value (the error) or none (both) cannot say."""
+    """Mean and standard error of the mean over the values that are not NaN; NaN for what one value (the error)
+    or none (both) cannot say. Sample std / sqrt(n), a little wider than BALROG's population std (which
+    ``verlog.evaluation.mean_se`` keeps for BALROG-comparable scores), so a demonstration's verdict errs strict."""
     kept = [v for v in values if not math.isnan(v)]
     if not kept:
         return math.nan, math.nan
