@@ -142,6 +142,9 @@ def test_crafter_achievement_rates_show_every_seed_with_its_standard_error(
     assert lines[0] == "| achievement | random | untrained | seed 3 | seed 4 |"
     assert lines[2] == "| eat_cow | 0 ± 0 % | 0 ± 0 % | 100 ± 0 % | 0 ± 0 % |"
     assert lines[3] == "| wake_up | 40 ± 24 % | 0 ± 0 % | 0 ± 0 % | 60 ± 24 % |"  # sqrt(.24 / 4) = .245
+    data["seeds"][0]["trained"]["episodes"] = 1  # one episode: a rate, no spread to show
+    (tmp_path / "crafter.json").write_text(json.dumps(data))
+    assert "| eat_cow | 0 ± 0 % | 0 ± 0 % | 100 % | 0 ± 0 % |" in results.crafter_achievements("crafter.json")
 
 
 def test_the_headline_rows_follow_the_demonstrations_list() -> None:

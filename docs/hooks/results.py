@@ -282,8 +282,9 @@ def _rate_cell(block: Mapping[str, Any] | None, achievement: str) -> str:
     so its sample SE (``mean_se``'s, as every other figure) is sqrt(p (1 - p) / (n - 1)) and needs only p and n."""
     block = block or {}
     p, n = block.get("achievement_rates", {}).get(achievement, 0.0), int(block.get("episodes", 0))
-    se = math.sqrt(p * (1 - p) / (n - 1)) if n > 1 else math.nan
-    return f"{100 * p:.0f} ± {100 * se:.0f} %"
+    if n < 2:  # one episode says nothing about its spread
+        return f"{100 * p:.0f} %"
+    return f"{100 * p:.0f} ± {100 * math.sqrt(p * (1 - p) / (n - 1)):.0f} %"
 
 
 def crafter_achievements(name: str = "learn_crafter.json") -> str:
