@@ -257,3 +257,45 @@ def test_eval_with_vllm_shows_the_table_and_keeps_the_engines_output_in_the_log(
     assert done.returncode == 0, done.stderr[-3000:]
     assert "overall" in done.stdout and "BabyAI-GoTo" in done.stdout
     _assert_engine_chatter_kept_in(out / "console.log", done.stdout + done.stderr)
+
+
+def test_constrained_answers_through_vllms_structured_outputs_match_transformers(engine, tiny: Path) -> None:
+    """The same grammar through vLLM's own structured outputs: every answer is an action, greedy answers are the
+    transformers sampler's, and the sampled log-probs are the learner's under the replayed constraint."""
+    from verlog.models.tiny import first_info
+    from verlog.ppo.storage import TurnStorage
+    from verlog.sampling.constrain import action_constraint
+
+    actor, tokenizer, prompts, sampler = engine  # the engine's window is short: the module's short prompts
+    longer = 12  # "go forward" may be spelled in up to 10 tokens
+    constraint = action_constraint(tokenizer, str(tiny), answer_format="action", max_tokens=longer)
+    actions = [tuple(first_info(ENV)["valid_actions"])] * len(prompts)
+    sampler.update_weights()
+    sampler.constraint, sampler.max_new_tokens = constraint, longer
+    try:
+        greedy = sampler.generate(prompts, greedy=True, actions=actions)
+        torch.manual_seed(0)
+        sampled = sampler.generate(prompts * 4, actions=actions * 4)
+    finally:
+        sampler.constraint, sampler.max_new_tokens = None, NEW_TOKENS
+    reference = TransformersSampler(actor, tokenizer, max_new_tokens=longer, constraint=constraint)
+    assert greedy.token_ids == reference.generate(prompts, greedy=True, actions=actions).token_ids
+    assert all(text in allowed for text, allowed in zip(sampled.texts, actions * 4, strict=True))
+    storage = TurnStorage(1, len(sampled.texts), longer, tokenizer.pad_token_id)
+    storage.constraint = constraint
+    storage.reset_first(prompts * 4, actions * 4)
+    zeros = [0.0] * len(sampled.texts)
+    storage.insert(prompts * 4, sampled.token_ids, sampled.logprobs, zeros, [False] * 16, [False] * 16)
+    (micro,) = storage.micro_batches(storage.rows(), 100_000)
+    with torch.no_grad():
+        learner, _ = actor_logprobs(actor, micro.batch, 0.7)
+    ts, ns = zip(*micro.rows, strict=True)
+    vllm = storage.sampler_logprobs[list(ts), list(ns), : learner.shape[1]]
+    gap = float(((learner - vllm) * micro.batch.response_mask).abs().max())
+    micro.batch.allowed = None
+    with torch.no_grad():
+        free, _ = actor_logprobs(actor, micro.batch, 0.7)
+    free_gap = float(((free - vllm) * micro.batch.response_mask).abs().max())
+    print(f"largest |vLLM - learner| log-prob gap, constrained: {gap:.2e} (free: {free_gap:.2e})")
+    assert gap < 1e-3 and constraint.refused == 0
+    assert free_gap > 0.1  # vLLM's log-probs are of the constrained distribution, not the free one

@@ -125,6 +125,8 @@ def baseline(agent: str, config: Any, run_config: Path, args: argparse.Namespace
         "prompt": config.to_dict()["prompt"], "memory": config.env.memory, "temperature": config.sampling.temperature,
         "episodes": args.episodes, "seed": args.eval_seed, "num_envs": args.eval_envs,
     }  # fmt: skip
+    if config.sampling.constrain != "off":  # a constrained model is judged against itself constrained
+        key["constrain"] = config.sampling.constrain
     digest = hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:12]
     folder = JUDGE_DIR / f"{'random' if agent == 'random' else 'untrained'}-{digest}"
     result = play(agent, config, run_config, folder, args)

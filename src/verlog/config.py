@@ -201,6 +201,8 @@ class SamplingConfig:
     """Nucleus sampling threshold (1.0 = off)."""
     batch_size: int = 0
     """Prompts per generate call (0 = all envs at once)."""
+    constrain: Literal["off", "actions"] = "off"
+    """"actions": every answer names one of the turn's valid actions (info["valid_actions"]) in prompt.format, by decoding restricted to them (xgrammar, in every sampler); the learner scores the same restricted distribution. "off": free text, parsed leniently, an invalid answer runs the game's default action."""
     backend: Literal["auto", "transformers", "vllm"] = "auto"
     """Generation engine: "auto" takes vLLM where it imports, on a GPU or (CPU) for a model of 100 MB or more."""
     vllm_gpu_memory_utilization: float = 0.3

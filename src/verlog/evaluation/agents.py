@@ -289,6 +289,7 @@ class ModelAgent:
                 settings.sampling.backend, device, source.model_path
             )
             tokenizer = load_tokenizer(source.model_path)
+            self.constraint = self._constraint(tokenizer)
             model = None if self.backend == "vllm" else load_actor(source.model_path, dtype=settings.dtype)
         except SamplerError as error:
             raise EvalError(str(error)) from error
@@ -309,7 +310,9 @@ class ModelAgent:
                 temperature=settings.sampling.temperature,
                 top_p=settings.sampling.top_p,
                 batch_size=settings.sampling.batch_size,
+                constraint=self.constraint,
             )
+        self.checked: set[str] = set()  # tasks whose actions the constraint was checked on
         if not settings.greedy:
             torch.manual_seed(settings.seed)  # sampled runs repeat for the same settings and schedule
         self.generated_tokens = 0
@@ -318,13 +321,29 @@ class ModelAgent:
     def identity(self) -> dict[str, Any]:
         s = self.settings
         sampler = {"sampler": "vllm"} if self.backend == "vllm" else {}
+        constrain = {"constrain": "actions"} if self.constraint is not None else {}  # not BALROG's protocol
         return s.identity(
             "model",
             self.source.model_path,
             max_prompt_tokens=s.prompt.max_prompt_tokens,
             dtype=s.dtype,
             **sampler,
+            **constrain,
         )
+
+    def _constraint(self, tokenizer: Any) -> Any:
+        """The answer constraint ``sampling.constrain`` asks for (None: free answers)."""
+        if self.settings.sampling.constrain != "actions":
+            return None
+        from verlog.sampling.constrain import ConstraintError, action_constraint
+
+        p = self.settings.prompt
+        try:
+            return action_constraint(
+                tokenizer, self.source.model_path, answer_format=p.format, max_tokens=p.max_response_tokens
+            )
+        except ConstraintError as error:
+            raise EvalError(str(error)) from error
 
     def _vllm(self, device: str) -> Any:
         """A vLLM engine holding the checkpoint's weights (nothing is pushed: evaluation does not train)."""
@@ -349,22 +368,42 @@ class ModelAgent:
                 seed=s.seed,
                 dtype=s.dtype,
                 prefix_caching=s.sampling.vllm_prefix_caching,
+                constraint=self.constraint,
             )
-        except SamplerError as error:
+        except (SamplerError, ValueError) as error:
             raise EvalError(str(error)) from error
 
     def start(self, key: str, seed: int, env: Any | None) -> None:
         del key, seed, env  # the model keeps nothing per episode: the memory wrapper holds the history
 
     def act(self, turns: Sequence[Turn]) -> list[str]:
+        from verlog.sampling.constrain import valid_actions
+
         prompts = [self._prompts(turn.task).from_info(turn.observation, turn.info) for turn in turns]
-        samples = self.sampler.generate(prompts, greedy=self.settings.greedy)
+        actions = [valid_actions(turn.info) for turn in turns]
+        self._check(turns, actions)
+        samples = self.sampler.generate(prompts, greedy=self.settings.greedy, actions=actions)
         self.generated_tokens += sum(len(ids) for ids in samples.token_ids)
         self.turns += len(turns)
         return list(samples.texts)
 
     def finish(self, key: str) -> None:
         del key
+
+    def _check(self, turns: Sequence[Turn], actions: list[tuple[str, ...] | None]) -> None:
+        """Each task's first actions against the constraint (once): what cannot be answered stops the evaluation
+        in one line naming the env and the action."""
+        if self.constraint is None:
+            return
+        from verlog.sampling.constrain import ConstraintError
+
+        for turn, allowed in zip(turns, actions, strict=True):
+            if turn.task not in self.checked:
+                try:
+                    self.constraint.check(allowed, turn.task)
+                except ConstraintError as error:
+                    raise EvalError(str(error)) from error
+                self.checked.add(turn.task)
 
     def _prompts(self, task: str) -> Any:
         from verlog.models.prompts import prompt_builder

@@ -28,6 +28,7 @@ from verlog.evaluation.agents import Turn
 from verlog.evaluation.runner import EnvSettings, play
 from verlog.evaluation.scoring import group_stats
 from verlog.models.prompts import PromptBuilder
+from verlog.sampling.constrain import valid_actions
 
 __all__ = ["LearnerAgent", "own_random_stream", "panel_line", "play_panel"]
 
@@ -49,7 +50,8 @@ class LearnerAgent:
 
     def act(self, turns: Sequence[Turn]) -> list[str]:
         prompts = [self.prompts.from_info(turn.observation, turn.info) for turn in turns]
-        return list(self.sampler.generate(prompts, greedy=self.greedy).texts)
+        actions = [valid_actions(turn.info) for turn in turns]  # used by a constrained sampler
+        return list(self.sampler.generate(prompts, greedy=self.greedy, actions=actions).texts)
 
     def finish(self, key: str) -> None:
         del key

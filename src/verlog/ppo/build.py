@@ -32,12 +32,14 @@ from verlog.models.loading import (
 )
 from verlog.models.prompts import PromptBuilder
 from verlog.models.sources import resolve_model_path
+from verlog.models.tiny import first_info
 from verlog.models.weights import full_weights
 from verlog.ppo.group_rollout import Brancher, GroupRollout, branch_width
 from verlog.ppo.rollout import Rollout
 from verlog.ppo.storage import GroupStorage, TurnStorage
 from verlog.runkit.distributed import from_main_process
-from verlog.sampling import Sampler, TransformersSampler, select_backend
+from verlog.sampling import ActionConstraint, Sampler, TransformersSampler, select_backend, valid_actions
+from verlog.sampling.constrain import action_constraint
 
 __all__ = ["Learner", "Models", "adamw", "build_models", "load_learner", "lora_spec", "make_batches"]
 
@@ -65,6 +67,9 @@ class Learner:
     """The sampler's engine ("transformers" or "vllm")."""
     backend_reason: str
     """Why that engine (``sampling.backend`` or what ``auto`` found)."""
+    constraint: ActionConstraint | None = None
+    """Answers restricted to the valid actions (``sampling.constrain = "actions"``), shared by the sampler and
+    the storage's scoring."""
 
 
 def lora_spec(model: ModelConfig) -> LoraSpec | None:
@@ -85,9 +90,14 @@ def load_learner(config: Config, dist: Any, lora: LoraSpec | None) -> Learner:
     )
     set_seed(config.run.seed)  # fresh weights (value head, LoRA) start equal on every process
     tokenizer = load_tokenizer(model.path)
+    constraint = run_constraint(config, tokenizer)  # checked before any weights load
     backend, reason = select_backend(config.sampling.backend, accelerator.device, model.path)
     built: list[Models] = []  # the weights vLLM pulls are the actor's, built next
-    vllm = _vllm_sampler(config, tokenizer, dist, lambda: built[0].actor) if backend == "vllm" else None
+    vllm = (
+        _vllm_sampler(config, tokenizer, dist, lambda: built[0].actor, constraint)
+        if backend == "vllm"
+        else None
+    )
     built.append(build_models(dist, config, lora))
     set_seed(config.run.seed + accelerator.process_index)
     sampler: Sampler = vllm or TransformersSampler(
@@ -98,18 +108,39 @@ def load_learner(config: Config, dist: Any, lora: LoraSpec | None) -> Learner:
         top_p=config.sampling.top_p,
         batch_size=config.sampling.batch_size,
         synced_gpus=dist.zero3 and dist.num_processes > 1,
+        constraint=constraint,
     )
-    return Learner(tokenizer, built[0], sampler, backend, reason)
+    return Learner(tokenizer, built[0], sampler, backend, reason, constraint)
 
 
-def _vllm_sampler(config: Config, tokenizer: Any, dist: Any, actor: Callable[[], torch.nn.Module]) -> Sampler:
+def run_constraint(config: Config, tokenizer: Any) -> ActionConstraint | None:
+    """The run's answer constraint (None for free answers), checked on the env's first valid actions."""
+    if config.sampling.constrain != "actions":
+        return None
+    constraint = action_constraint(
+        tokenizer,
+        config.model.path,
+        answer_format=config.prompt.format,
+        max_tokens=config.prompt.max_response_tokens,
+    )
+    constraint.check(valid_actions(first_info(config.env.id, config.env.kwargs)), config.env.id)
+    return constraint
+
+
+def _vllm_sampler(
+    config: Config,
+    tokenizer: Any,
+    dist: Any,
+    actor: Callable[[], torch.nn.Module],
+    constraint: ActionConstraint | None,
+) -> Sampler:
     from verlog.sampling.vllm import VLLMSampler, own_cores
 
     device, state = dist.actor.device, dist.actor.state
     if device.type == "cpu":  # one engine per process: each on its own cores
         own_cores(state.local_process_index, state.num_processes if state.num_processes > 1 else 1)
     weights = lambda: full_weights(dist.actor.unwrap_model(actor()), dist.gathered, buffers=False)  # noqa: E731
-    return VLLMSampler.from_config(config, tokenizer, weights, device, state.process_index)
+    return VLLMSampler.from_config(config, tokenizer, weights, device, state.process_index, constraint)
 
 
 def build_models(dist: Any, config: Config, lora: LoraSpec | None) -> Models:

@@ -47,6 +47,9 @@ class Batch:
     #: The leading prompt tokens every row shares, run once for the batch (``ppo.share_prompt_prefix``); the
     #: rows then hold only what follows it. None: every row holds its whole prompt.
     prefix_ids: Tensor | None = None
+    #: ``[B, R, V]`` bool: the tokens the answer grammar allowed before each response token
+    #: (``sampling.constrain = "actions"``); log-probs and entropy are then over those alone. None: all.
+    allowed: Tensor | None = None
 
     @property
     def response_len(self) -> int:
@@ -61,6 +64,7 @@ class Batch:
             self.response_mask.to(device),
             self.prompt_len,
             None if self.prefix_ids is None else self.prefix_ids.to(device),
+            None if self.allowed is None else self.allowed.to(device),
         )
 
 
@@ -137,15 +141,29 @@ def _run(model: nn.Module, batch: Batch, **kwargs: Any) -> Any:
 def actor_logprobs(
     model: nn.Module, batch: Batch, temperature: float = 1.0, with_entropy: bool = False
 ) -> tuple[Tensor, Tensor | None]:
-    """Log-probs ``[B, R]`` of the response tokens (and the full distribution's entropy) at ``temperature``."""
+    """Log-probs ``[B, R]`` of the response tokens (and the distribution's entropy) at ``temperature``; under a
+    constraint (``batch.allowed``) both are of the distribution renormalised over the allowed tokens, which is
+    the one the constrained sampler drew from."""
     r_len = batch.response_len
     out = _run(model, batch, logits_to_keep=r_len + 1)
     logits = out.logits[:, :r_len].float() / temperature  # column P-1+k predicts response token k
+    return _logprobs(logits, batch.response_ids, batch.allowed, with_entropy)
+
+
+def _logprobs(
+    logits: Tensor, response_ids: Tensor, allowed: Tensor | None, with_entropy: bool
+) -> tuple[Tensor, Tensor | None]:
+    """Log-probs of ``response_ids`` under ``logits`` ``[B, R, V]`` restricted to ``allowed`` (None: all)."""
+    if allowed is not None:
+        allowed = allowed[:, : logits.shape[1], : logits.shape[2]]
+        logits = logits.masked_fill(~allowed, -torch.inf)
     log_norm = torch.logsumexp(logits, dim=-1)
-    logprobs = logits.gather(-1, batch.response_ids.unsqueeze(-1)).squeeze(-1) - log_norm
+    logprobs = logits.gather(-1, response_ids.unsqueeze(-1)).squeeze(-1) - log_norm
     entropy = None
     if with_entropy:
-        entropy = log_norm - (torch.softmax(logits, dim=-1) * logits).sum(-1)
+        # Disallowed tokens have probability 0; their -inf logit is read as 0 (0 * -inf, and its gradient, NaN).
+        finite = logits if allowed is None else logits.masked_fill(~allowed, 0.0)
+        entropy = log_norm - (torch.softmax(logits, dim=-1) * finite).sum(-1)
     return logprobs, entropy
 
 
@@ -166,9 +184,15 @@ class SharedBatch:
     response_ids: Tensor
     response_mask: Tensor  # float, 1 on real response tokens
     owner: Tensor
+    allowed: Tensor | None = None  # as :attr:`Batch.allowed`, per answer
 
     def to(self, device: torch.device | str) -> SharedBatch:
-        return SharedBatch(*(getattr(self, name).to(device) for name in self.__dataclass_fields__))
+        return SharedBatch(
+            *(
+                None if getattr(self, n) is None else getattr(self, n).to(device)
+                for n in self.__dataclass_fields__
+            )
+        )
 
 
 def collate_shared(
@@ -217,7 +241,5 @@ def shared_prompt_logprobs(model: nn.Module, batch: SharedBatch, temperature: fl
         use_cache=True,
     )
     logits = torch.cat([out.logits[owner, -1:], rest.logits[:, : r_len - 1]], dim=1).float() / temperature
-    logprobs = logits.gather(-1, batch.response_ids.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(
-        logits, dim=-1
-    )
+    logprobs, _ = _logprobs(logits, batch.response_ids, batch.allowed, with_entropy=False)
     return logprobs * batch.response_mask

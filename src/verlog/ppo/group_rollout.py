@@ -38,6 +38,7 @@ from verlog.ppo.advantages import ESTIMATORS, group_signal
 from verlog.ppo.rollout import Rollout
 from verlog.ppo.storage import GroupStorage, TurnStorage
 from verlog.runkit.samples import family_of
+from verlog.sampling import valid_actions
 
 __all__ = ["Brancher", "GroupRollout", "anchor_of", "branch_width", "offered_actions", "try_actions"]
 
@@ -144,12 +145,16 @@ class GroupRollout(Rollout):
             first = self.prompts.from_infos([resets[n][0] for n in play], [resets[n][1] for n in play])
             for n, ids in zip(play, first, strict=True):
                 storage.prompts[0][n] = ids
+                storage.actions[0][n] = valid_actions(resets[n][1])
         active = list(play)
         for t in range(K):
             if not (active if self.any_running is None else self.any_running(bool(active))):
                 break
             start = time.perf_counter()
-            out = self.sampler.generate([storage.prompts[t][n] for n in active] or [storage.prompts[0][0]])
+            cells = [(t, n) for n in active] or [(0, 0)]  # an idle pass generates for one prompt
+            out = self.sampler.generate(
+                [storage.prompts[i][n] for i, n in cells], actions=[storage.actions[i][n] for i, n in cells]
+            )
             clock["time/generate"] += time.perf_counter() - start
             if not active:
                 continue  # an idle pass that only kept the collective generation in step
@@ -190,8 +195,9 @@ class GroupRollout(Rollout):
                     infos.append(info)
                     episode.anchors.append(anchor_of(info, n, anchored))
             start = time.perf_counter()
-            for n, ids in zip(going, self.prompts.from_infos(observations, infos), strict=True):
+            for n, ids, info in zip(going, self.prompts.from_infos(observations, infos), infos, strict=True):
                 storage.prompts[t + 1][n] = ids
+                storage.actions[t + 1][n] = valid_actions(info)
             clock["time/prompt"] += time.perf_counter() - start
             active = going
 
@@ -272,5 +278,6 @@ class Brancher:
             column = storage.branch_column(n, b)
             ids = self.answer_ids(action)
             storage.prompts[t][column] = storage.prompts[t][n]
+            storage.actions[t][column] = storage.actions[t][n]  # a branch is scored as the played answer is
             storage.put(t, column, ids, [0.0] * len(ids), reward)
         storage.branch_rewards[(t, n)] = rewards

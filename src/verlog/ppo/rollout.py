@@ -23,7 +23,7 @@ from verlog.models.prompts import PromptBuilder
 from verlog.ppo.forward import Batch, actor_logprobs, collate, critic_values, shared_prompt_logprobs
 from verlog.ppo.storage import SharedMicroBatch, TurnStorage, pack_by_tokens
 from verlog.runkit.samples import family_of
-from verlog.sampling import Sampler
+from verlog.sampling import Sampler, valid_actions
 from verlog.vector import sub_env_info
 
 __all__ = ["Rollout", "score", "score_batch", "state_values"]
@@ -56,6 +56,10 @@ class Rollout:
     def first_prompts(self, observations: Sequence[str], infos: dict[str, Any]) -> list[list[int]]:
         return self.prompts.from_infos(observations, [sub_env_info(infos, n) for n in range(self.num_envs)])
 
+    def actions(self, infos: dict[str, Any]) -> list[tuple[str, ...] | None]:
+        """Each env's valid actions in ``infos`` (what a constrained answer chooses from)."""
+        return [valid_actions(sub_env_info(infos, n)) for n in range(self.num_envs)]
+
     def collect(self, storage: TurnStorage, samples: list[dict[str, Any]] | None = None) -> dict[str, float]:
         """Run ``storage.num_turns`` turns from the prompts in slot 0; return the rollout metrics.
 
@@ -71,7 +75,7 @@ class Rollout:
         cut_by_limit = 0  # episodes truncated by the env's step limit (bootstrapped with V(final_obs))
         for t in range(storage.num_turns):
             start = time.perf_counter()
-            samples_out = self.sampler.generate(storage.prompts[t])
+            samples_out = self.sampler.generate(storage.prompts[t], actions=storage.actions[t])
             prompt_tokens += sum(len(ids) for ids in storage.prompts[t])
             clock["time/generate"] += time.perf_counter() - start
             tokens += sum(len(ids) for ids in samples_out.token_ids)
@@ -105,6 +109,7 @@ class Rollout:
                     final_prompts[n] = self.prompts.from_info(infos["final_obs"][n], info)
                     cut_by_limit += 1
             next_prompts = self.first_prompts(observations, infos)
+            next_actions = self.actions(infos)
             rewards_total += float(rewards.sum())
             if self.binary_reward:
                 rewards = np.where(rewards > 0, 1.0, rewards)
@@ -116,6 +121,7 @@ class Rollout:
                 terminated,
                 truncated,
                 final_prompts,
+                next_actions,
             )
             clock["time/prompt"] += time.perf_counter() - start
 

@@ -2,7 +2,8 @@
 
 Shapes (T turns per update, N envs, R = max response tokens)::
 
-    [T+1, N]     prompts (ragged token-id lists), values, masks, bad_masks
+    [T+1, N]     prompts (ragged token-id lists), the valid actions a constrained answer chooses from, values,
+                 masks, bad_masks
     [T, N]       rewards, truncated_values, response lengths
     [T, N, R]    responses, response_mask, sampler/old/ref log-probs, token_values, advantages, returns
 
@@ -29,6 +30,7 @@ import torch
 from torch import Tensor
 
 from verlog.ppo.forward import Batch, SharedBatch, collate, collate_shared
+from verlog.sampling.constrain import ActionConstraint
 
 __all__ = ["Episode", "GroupStorage", "MicroBatch", "SharedMicroBatch", "TurnStorage", "pack_by_tokens"]
 
@@ -93,6 +95,10 @@ class TurnStorage:
         #: The columns whose answers the sampler gave (the rest, if any, are one-step branches it never sampled).
         self.sampled_columns = N
         self.prompts: list[list[list[int]]] = [[[] for _ in range(N)] for _ in range(T + 1)]
+        #: Under ``sampling.constrain = "actions"``: each state's valid actions (the answer's choices), and the
+        #: constraint that turns them into token masks for scoring and the update. None: free answers.
+        self.actions: list[list[tuple[str, ...] | None]] = [[None] * N for _ in range(T + 1)]
+        self.constraint: ActionConstraint | None = None
         # Prompts of the final observations of episodes cut by a time limit, keyed by (turn, env).
         self.final_prompts: dict[tuple[int, int], list[int]] = {}
         self.values = torch.zeros(T + 1, N)
@@ -112,9 +118,12 @@ class TurnStorage:
         self.step = 0
 
     # ------------------------------------------------------------------ filling
-    def reset_first(self, prompts: Sequence[list[int]]) -> None:
-        """Slot 0 at the very start: the envs' first prompts."""
+    def reset_first(
+        self, prompts: Sequence[list[int]], actions: Sequence[tuple[str, ...] | None] | None = None
+    ) -> None:
+        """Slot 0 at the very start: the envs' first prompts (and their valid actions, when constrained)."""
         self.prompts[0] = [list(p) for p in prompts]
+        self.actions[0] = list(actions) if actions is not None else [None] * self.num_envs
 
     def insert(
         self,
@@ -125,10 +134,12 @@ class TurnStorage:
         terminated: Sequence[bool],
         truncated: Sequence[bool],
         final_prompts: dict[int, list[int]] | None = None,
+        next_actions: Sequence[tuple[str, ...] | None] | None = None,
     ) -> None:
         """Store turn ``self.step``: its responses and rewards, and the state after it (slot ``step + 1``).
 
-        ``final_prompts[n]`` is the prompt of env n's final observation, needed when it was truncated.
+        ``final_prompts[n]`` is the prompt of env n's final observation, needed when it was truncated;
+        ``next_actions`` the next states' valid actions (constrained answers).
         """
         t = self.step
         if t >= self.num_turns:
@@ -138,6 +149,7 @@ class TurnStorage:
         for n, (ids, lps) in enumerate(zip(responses, sampler_logprobs, strict=True)):
             self.put_response(t, n, ids, lps)
         self.prompts[t + 1] = [list(p) for p in next_prompts]
+        self.actions[t + 1] = list(next_actions) if next_actions is not None else [None] * self.num_envs
         self.rewards[t] = torch.as_tensor(rewards, dtype=torch.float32)
         term = torch.as_tensor(terminated, dtype=torch.bool)
         trunc = torch.as_tensor(truncated, dtype=torch.bool)
@@ -166,6 +178,7 @@ class TurnStorage:
     def after_update(self) -> None:
         """Slot T becomes slot 0: the next update starts where this one stopped."""
         self.prompts[0] = self.prompts[-1]
+        self.actions[0] = self.actions[-1]
         self.values[0] = self.values[-1]
         self.masks[0] = self.masks[-1]
         self.bad_masks[0] = self.bad_masks[-1]
@@ -194,6 +207,7 @@ class TurnStorage:
         """An empty storage of ``num_turns`` turns for the same envs and settings (critic pre-training's)."""
         storage = TurnStorage(num_turns, self.num_envs, self.max_response_tokens, self.pad_id)
         storage.share_prefix = self.share_prefix
+        storage.constraint = self.constraint
         return storage
 
     def rows(self) -> list[tuple[int, int]]:
@@ -225,7 +239,9 @@ class TurnStorage:
             owner = [j for j, i in enumerate(pack) for _ in repeated[i]]
             prompts = [self.prompts[repeated[i][0][0]][repeated[i][0][1]] for i in pack]
             answers = [self.responses[t, n, : int(self.response_lens[t, n])].tolist() for t, n in members]
-            batches.append(SharedMicroBatch(members, collate_shared(prompts, answers, owner, self.pad_id)))
+            shared = collate_shared(prompts, answers, owner, self.pad_id)
+            shared.allowed = self.allowed_tokens(members, answers, shared.response_ids.shape[1])
+            batches.append(SharedMicroBatch(members, shared))
         return batches
 
     def minibatches(
@@ -254,6 +270,7 @@ class TurnStorage:
         r_len = int(self.response_lens[ts, ns].max())
         responses = [self.responses[t, n, : int(self.response_lens[t, n])].tolist() for t, n in rows]
         batch = collate([self.prompts[t][n] for t, n in rows], responses, self.pad_id, self.share_prefix)
+        batch.allowed = self.allowed_tokens(rows, responses, r_len)
         return MicroBatch(
             rows,
             batch,
@@ -263,11 +280,21 @@ class TurnStorage:
             self.token_values[ts, ns, :r_len],
         )
 
+    def allowed_tokens(
+        self, rows: Sequence[tuple[int, int]], responses: Sequence[Sequence[int]], length: int
+    ) -> Tensor | None:
+        """``[B, length, V]``: what the constraint allowed before each token of these rows' answers (None when
+        answers are free), replayed from the stored actions, so scoring and every epoch see what sampling saw."""
+        if self.constraint is None:
+            return None
+        return self.constraint.token_masks(responses, [self.actions[t][n] for t, n in rows], length)
+
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, object]:
         """Slot 0 only: what the next update needs (taken after :meth:`after_update`)."""
         return {
             "prompt": self.prompts[0],
+            "actions": [list(a) if a is not None else None for a in self.actions[0]],
             "values": self.values[0].clone(),
             "masks": self.masks[0].clone(),
             "bad_masks": self.bad_masks[0].clone(),
@@ -275,6 +302,10 @@ class TurnStorage:
 
     def load_state_dict(self, state: dict[str, object]) -> None:
         self.prompts[0] = [list(p) for p in state["prompt"]]  # type: ignore[attr-defined]
+        saved = (
+            state.get("actions") or [None] * self.num_envs
+        )  # a checkpoint from before constraints has none
+        self.actions[0] = [tuple(a) if a is not None else None for a in saved]  # type: ignore[union-attr]
         self.values[0] = state["values"]  # type: ignore[assignment]
         self.masks[0] = state["masks"]  # type: ignore[assignment]
         self.bad_masks[0] = state["bad_masks"]  # type: ignore[assignment]

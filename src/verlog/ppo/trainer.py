@@ -64,6 +64,7 @@ class Trainer:
         self._start_processes(resume, lora)
         learner = load_learner(config, self.dist, lora)
         self.tokenizer, self.sampler = learner.tokenizer, learner.sampler
+        self.constraint = learner.constraint
         m = learner.models
         self.actor, self.critic, self.reference = m.actor, m.critic, m.reference
         self.reference_engine = m.reference_engine
@@ -72,7 +73,9 @@ class Trainer:
         prompts = self._assemble()
         if resume is None:
             observations, infos = self.envs.reset()
-            self.storage.reset_first(self.rollout.first_prompts(observations, infos))
+            self.storage.reset_first(
+                self.rollout.first_prompts(observations, infos), self.rollout.actions(infos)
+            )
         else:
             self.checkpoints.resume()  # last: it restores the RNG states
         self._open_run(backend, reason, prompts)
@@ -125,6 +128,7 @@ class Trainer:
         self.storage.share_prefix = (
             config.ppo.share_prompt_prefix and not self.dist.lockstep
         )  # aligned collectives
+        self.storage.constraint = self.constraint
         self.update = 0
         self.global_step = 0
         # No critic, nothing to pre-train.
@@ -205,7 +209,9 @@ class Trainer:
             self._rebuild_envs()
             if self.config.algo.critic:  # turn batches continue across updates: slot 0 starts afresh
                 observations, infos = self.envs.reset()
-                self.storage.reset_first(self.rollout.first_prompts(observations, infos))
+                self.storage.reset_first(
+                    self.rollout.first_prompts(observations, infos), self.rollout.actions(infos)
+                )
             self.rollout.episode_return[:], self.rollout.episode_length[:] = 0.0, 0
             self.logger.print(f"curriculum: {self.curriculum.describe()}")
 

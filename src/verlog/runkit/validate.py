@@ -164,6 +164,11 @@ def _model(config: Config) -> Iterator[str]:
 
 def _sampling(config: Config) -> Iterator[str]:
     sampling = config.sampling
+    if sampling.constrain == "actions":
+        from verlog.sampling.constrain import xgrammar_missing
+
+        if missing := xgrammar_missing():
+            yield missing
     if not 0.0 < sampling.top_p <= 1.0:
         yield f"sampling.top_p must be in (0, 1], got {sampling.top_p}"
     if not 0.0 < sampling.vllm_gpu_memory_utilization < 1.0:

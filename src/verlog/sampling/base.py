@@ -20,13 +20,17 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor, nn
 
+from verlog.sampling.constrain import ActionConstraint, ConstraintError
+
 __all__ = [
     "Sampler",
     "SamplerError",
     "Samples",
     "TransformersSampler",
     "checkpoint_bytes",
+    "constrained_actions",
     "eos_token_ids",
+    "generation_config",
     "select_backend",
     "vllm_unavailable",
 ]
@@ -41,9 +45,16 @@ class Samples:
     logprobs: list[list[float]]  # under the sampling distribution (after temperature and top-p)
 
 
+#: Per prompt, the valid actions a constrained answer chooses from (None: that answer is free).
+Actions = Sequence[tuple[str, ...] | None]
+
+
 class Sampler(Protocol):
-    def generate(self, prompts: Sequence[Sequence[int]], *, greedy: bool = False) -> Samples:
-        """Sample (or, with ``greedy``, decode greedily) one response per prompt."""
+    def generate(
+        self, prompts: Sequence[Sequence[int]], *, greedy: bool = False, actions: Actions | None = None
+    ) -> Samples:
+        """Sample (or, with ``greedy``, decode greedily) one response per prompt; a sampler built with a
+        constraint restricts prompt i's answer to ``actions[i]`` (and ignores ``actions`` without one)."""
         ...
 
     def update_weights(self) -> None:
@@ -53,6 +64,31 @@ class Sampler(Protocol):
     def offload(self) -> None:
         """Free what the sampler holds on the GPU until the next :meth:`update_weights` (after a rollout)."""
         ...
+
+
+def constrained_actions(
+    constraint: ActionConstraint | None, actions: Actions | None, count: int
+) -> list[tuple[str, ...]] | None:
+    """The action list of each of ``count`` prompts when a constraint applies, else None; a prompt without one
+    is an error naming the fix (an env that stopped listing its actions mid-run)."""
+    if constraint is None:
+        return None
+    if actions is None or len(actions) != count or any(not a for a in actions):
+        raise ConstraintError(
+            'sampling.constrain = "actions", but a turn came without info["valid_actions"] (or with an empty '
+            "list): every prompt needs its env's valid actions (fix: sampling.constrain=off)"
+        )
+    return [tuple(a) for a in actions]  # type: ignore[arg-type]
+
+
+def generation_config(model_path: str) -> Any:
+    """The checkpoint's generation config (for its EOS ids), or None when it has none."""
+    from transformers import GenerationConfig
+
+    try:
+        return GenerationConfig.from_pretrained(model_path)
+    except OSError:
+        return None
 
 
 def eos_token_ids(tokenizer: Any, generation_config: Any = None) -> list[int]:
@@ -208,8 +244,10 @@ class TransformersSampler:
         batch_size: int = 0,
         synced_gpus: bool = False,
         share_prefix: bool = True,
+        constraint: ActionConstraint | None = None,
     ) -> None:
         self.model = model
+        self.constraint = constraint
         self.synced_gpus = synced_gpus
         self.tokenizer = tokenizer
         self.max_new_tokens = max_new_tokens
@@ -226,11 +264,15 @@ class TransformersSampler:
     def offload(self) -> None:
         """Nothing to do: this sampler holds nothing besides the actor."""
 
-    def generate(self, prompts: Sequence[Sequence[int]], *, greedy: bool = False) -> Samples:
+    def generate(
+        self, prompts: Sequence[Sequence[int]], *, greedy: bool = False, actions: Actions | None = None
+    ) -> Samples:
         size = self.batch_size or len(prompts)
         out = Samples([], [], [])
+        choices = constrained_actions(self.constraint, actions, len(prompts))
         for start in range(0, len(prompts), size):
-            chunk = self._generate(prompts[start : start + size], greedy)
+            part = choices[start : start + size] if choices is not None else None
+            chunk = self._generate(prompts[start : start + size], greedy, part)
             out.token_ids += chunk.token_ids
             out.texts += chunk.texts
             out.logprobs += chunk.logprobs
@@ -260,12 +302,12 @@ class TransformersSampler:
             pad_token_id=self.pad_id,
         )
 
-    def _processors(self, greedy: bool, recorder: _LogprobRecorder) -> list[Any]:
-        """Temperature and top-p, then the recorder: ``generate`` would run its own warpers after any
-        custom processor, so the recorder would see the distribution before them."""
+    def _processors(self, greedy: bool, recorder: _LogprobRecorder, grammar: Any = None) -> list[Any]:
+        """The answer grammar (when constrained), temperature and top-p, then the recorder: ``generate`` would
+        run its own warpers after any custom processor, so the recorder would see the distribution before them."""
         from transformers import TemperatureLogitsWarper, TopPLogitsWarper
 
-        processors: list[Any] = []
+        processors: list[Any] = [grammar] if grammar is not None else []
         if not greedy and self.temperature != 1.0:
             processors.append(TemperatureLogitsWarper(self.temperature))
         if not greedy and self.top_p < 1.0:
@@ -273,7 +315,9 @@ class TransformersSampler:
         return [*processors, recorder]
 
     @torch.no_grad()
-    def _generate(self, prompts: Sequence[Sequence[int]], greedy: bool) -> Samples:
+    def _generate(
+        self, prompts: Sequence[Sequence[int]], greedy: bool, actions: list[tuple[str, ...]] | None
+    ) -> Samples:
         device = next(self.model.parameters()).device
         shared = shared_prefix_length(prompts) if self.share_prefix else 0
         if shared < MIN_SHARED_PREFIX:
@@ -287,6 +331,9 @@ class TransformersSampler:
             input_ids[i, width - len(rest) :] = torch.as_tensor(rest, dtype=torch.long)
             attention_mask[i, shared + width - len(rest) :] = 1
         recorder = _LogprobRecorder()
+        grammar = None
+        if actions is not None and self.constraint is not None:
+            grammar = self.constraint.logits_processor(actions, prompt_width=width)
         was_training = self.model.training
         self.model.eval()
         try:
@@ -301,7 +348,7 @@ class TransformersSampler:
                 attention_mask=attention_mask.to(device),
                 **{cache_name(): cache},
                 generation_config=self._generation_config(greedy),
-                logits_processor=self._processors(greedy, recorder),
+                logits_processor=self._processors(greedy, recorder, grammar),
                 synced_gpus=self.synced_gpus,
             )
         finally:

@@ -35,7 +35,16 @@ from typing import Any
 import torch
 
 from verlog.quiet import native_output
-from verlog.sampling.base import INSTALL_HINT, SamplerError, Samples, eos_token_ids
+from verlog.sampling.base import (
+    INSTALL_HINT,
+    Actions,
+    SamplerError,
+    Samples,
+    constrained_actions,
+    eos_token_ids,
+    generation_config,
+)
+from verlog.sampling.constrain import ActionConstraint, ConstraintError
 
 __all__ = ["ENGINE_VARS", "VLLMSampler", "child_env", "own_cores"]
 
@@ -64,10 +73,17 @@ class VLLMSampler:
         seed: int = 0,
         dtype: str = "auto",
         prefix_caching: bool = True,
+        constraint: ActionConstraint | None = None,
     ) -> None:
         """``weights()`` yields the actor's current weights in Hugging Face naming (None: evaluation, the engine
         keeps the checkpoint's); every process calls it in :meth:`update_weights` at the same time (under ZeRO-3
-        its gathers are collective)."""
+        its gathers are collective). ``constraint``: answers restricted to each prompt's valid actions, through
+        vLLM's own structured outputs (the same xgrammar grammar the other samplers use)."""
+        if constraint is not None and constraint.word_level:
+            raise ConstraintError(
+                "vLLM reads a word-level vocabulary's tokens without the spaces decode puts between them, so it "
+                "cannot constrain this model's answers (fix: sampling.backend=transformers)"
+            )
         try:
             from vllm import LLM
         except ImportError as error:
@@ -75,13 +91,14 @@ class VLLMSampler:
 
         _distributed_env()
         self.tokenizer = tokenizer
+        self.constraint = constraint
         self.weights = weights
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
         self.top_p = top_p
         self.on_cpu = torch.device(device).type == "cpu"
         self.sleep_level = 0 if self.on_cpu else sleep_level  # vLLM's CPU backend cannot sleep
-        self.eos_ids = eos_token_ids(tokenizer, _generation_config(model_path))
+        self.eos_ids = eos_token_ids(tokenizer, generation_config(model_path))
         self.weight_sync_seconds = 0.0
         kwargs: dict[str, Any] = {
             "model": model_path,
@@ -133,6 +150,7 @@ class VLLMSampler:
         weights: Callable[[], Iterable[tuple[str, torch.Tensor]]] | None,
         device: torch.device | str,
         process_index: int = 0,
+        constraint: ActionConstraint | None = None,
     ) -> VLLMSampler:
         """The sampler a :class:`verlog.config.Config` asks for, on process ``process_index``."""
         s = config.sampling
@@ -152,6 +170,7 @@ class VLLMSampler:
             seed=config.run.seed + process_index,
             dtype=config.model.dtype,
             prefix_caching=s.vllm_prefix_caching,
+            constraint=constraint,
         )
 
     # ------------------------------------------------------------------ the Sampler interface
@@ -179,9 +198,12 @@ class VLLMSampler:
             self.llm.sleep(level=self.sleep_level)
             self.asleep = True
 
-    def generate(self, prompts: Sequence[Sequence[int]], *, greedy: bool = False) -> Samples:
+    def generate(
+        self, prompts: Sequence[Sequence[int]], *, greedy: bool = False, actions: Actions | None = None
+    ) -> Samples:
         from vllm import SamplingParams
 
+        choices = constrained_actions(self.constraint, actions, len(prompts))
         if self.asleep:  # generating outside the training loop (evaluation): weights are current already
             self.llm.wake_up()
             self.asleep = False
@@ -197,6 +219,11 @@ class VLLMSampler:
                 logprobs=0,
                 seed=base + i,
                 detokenize=False,
+                structured_outputs=(
+                    self.constraint.vllm_params(choices[i])
+                    if self.constraint is not None and choices is not None
+                    else None
+                ),
             )
             for i in range(len(prompts))
         ]
@@ -296,13 +323,3 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def _generation_config(model_path: str) -> Any:
-    """The checkpoint's generation config (for its EOS ids), or None when it has none."""
-    from transformers import GenerationConfig
-
-    try:
-        return GenerationConfig.from_pretrained(model_path)
-    except OSError:
-        return None
