@@ -118,6 +118,25 @@ def test_without_window_bootstrap_a_running_episode_is_cut_at_the_batch_end() ->
     assert storage.returns[1, 0, 0].item() == pytest.approx(2 + 0.5 * 10)  # the default bootstraps
 
 
+def test_a_decoupled_critic_lambda_changes_the_targets_and_not_the_advantages() -> None:
+    """``ppo.critic_lam = 1``: the critic's targets are the discounted returns that followed (bootstrapped only
+    at the batch end), while the policy's advantages keep ``turn_lam``."""
+    storage = TurnStorage(num_turns=2, num_envs=1, max_response_tokens=1, pad_id=PAD)
+    storage.reset_first([[1]])
+    storage.insert([[1]], [[5]], [[0.0]], [1.0], [0], [0])
+    storage.insert([[1]], [[5]], [[0.0]], [2.0], [0], [0])
+    storage.token_values[:, 0, 0] = torch.tensor([4.0, 6.0])
+    storage.values[:2, 0] = torch.tensor([4.0, 6.0])
+    storage.values[2] = 10.0
+    kwargs = dict(turn_gamma=0.5, turn_lam=0.0, token_gamma=1.0, token_lam=1.0, whiten_advantages=False)
+    gae_advantages(storage, **kwargs)
+    coupled = storage.advantages.clone()
+    assert storage.returns[0, 0, 0].item() == pytest.approx(1 + 0.5 * 6)  # lambda 0: one-step target
+    gae_advantages(storage, critic_lam=1.0, **kwargs)
+    assert storage.returns[0, 0, 0].item() == pytest.approx(1 + 0.5 * (2 + 0.5 * 10))  # what followed
+    assert torch.equal(storage.advantages, coupled)
+
+
 def test_unwhitened_advantages_keep_the_rewards_scale() -> None:
     """``ppo.whiten_advantages = false``: a batch where little reward came keeps small advantages (the raw GAE,
     here ``returns - values`` with lambda 1) instead of being scaled up to std 1; the std before whitening is

@@ -257,6 +257,8 @@ class PPOConfig:
     """Discount across turns."""
     turn_lam: float = 0.95
     """GAE lambda across turns."""
+    critic_lam: float = -1.0
+    """GAE lambda across turns of the critic's targets (VAPO decouples them: 1.0, targets that are the discounted returns that followed, bootstrapped only at the batch end); negative = turn_lam, one lambda for both."""
     token_gamma: float = 1.0
     """Discount across the tokens of one response."""
     token_lam: float = 1.0

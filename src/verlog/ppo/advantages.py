@@ -144,6 +144,7 @@ def gae_advantages(
     all_reduce: AllReduce | None = None,
     window_bootstrap: bool = True,
     whiten_advantages: bool = True,
+    critic_lam: float | None = None,
 ) -> float:
     """Dual-discount GAE over a turn batch: ``storage.returns`` are the critic targets, ``storage.advantages``
     are whitened (unless ``whiten_advantages=False``); returns the advantages' std before any whitening.
@@ -152,7 +153,8 @@ def gae_advantages(
     ``kl_coef > 0``) must be scored first. The value after a turn is ``V_{t+1,0}`` while the episode goes on,
     ``V(final_obs)`` after a time-limit cut (``bad_masks``) and 0 after a real end (``masks``).
     ``window_bootstrap=False`` takes the value after the batch's last turn as 0 for an episode still running
-    there (the cut that ablations compare against).
+    there (the cut that ablations compare against). ``critic_lam`` (None: ``turn_lam``) is the turn lambda of the
+    critic's targets alone, decoupled from the policy's (VAPO: 1.0, the actual discounted returns).
     """
     s = storage
     next_values = s.masks[1:] * s.values[1:] + (1.0 - s.bad_masks[1:]) * s.truncated_values
@@ -174,6 +176,19 @@ def gae_advantages(
         token_lam=token_lam,
         token_rewards=token_rewards,
     )
+    if critic_lam is not None and critic_lam != turn_lam:
+        _, returns = dual_discount_gae(
+            s.rewards,
+            s.token_values,
+            s.response_mask,
+            next_values,
+            s.masks[1:],
+            turn_gamma=turn_gamma,
+            turn_lam=critic_lam,
+            token_gamma=token_gamma,
+            token_lam=token_lam,
+            token_rewards=token_rewards,
+        )
     s.returns = returns.float()
     advantages, mask = advantages.float(), s.response_mask
     moments = masked_moments(advantages, mask, all_reduce)
@@ -195,6 +210,7 @@ def _gae(
         all_reduce=all_reduce,
         window_bootstrap=ppo.window_bootstrap,
         whiten_advantages=ppo.whiten_advantages,
+        critic_lam=ppo.critic_lam if ppo.critic_lam >= 0 else None,
     )
     return {"losses/advantage_std": std}  # before whitening: how much signal the batch's rewards carried
 

@@ -34,6 +34,7 @@ from verlog.models.prompts import PromptBuilder
 from verlog.models.sources import resolve_model_path
 from verlog.models.tiny import first_info
 from verlog.models.weights import full_weights
+from verlog.ppo.calibration import BootstrapCalibration
 from verlog.ppo.group_rollout import Brancher, GroupRollout, branch_width
 from verlog.ppo.rollout import Rollout
 from verlog.ppo.storage import GroupStorage, TurnStorage
@@ -229,7 +230,10 @@ def make_batches(
     generation is collective (every process generates until all are done; critic-free estimators only)."""
     algo, env, prompt = config.algo, config.env, config.prompt
     if algo.critic:
-        rollout = Rollout(envs, sampler, prompts, binary_reward=env.binary_reward, env_id=env.id)
+        calibration = BootstrapCalibration(env.num_envs, config.ppo.turn_gamma)
+        rollout = Rollout(
+            envs, sampler, prompts, binary_reward=env.binary_reward, env_id=env.id, calibration=calibration
+        )
         storage = TurnStorage(config.ppo.turns_per_update, env.num_envs, prompt.max_response_tokens, pad_id)
         return rollout, storage
     groups = env.num_envs // algo.group_size

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from verlog.models.prompts import PromptBuilder
+from verlog.ppo.calibration import BootstrapCalibration
 from verlog.ppo.forward import Batch, actor_logprobs, collate, critic_values, shared_prompt_logprobs
 from verlog.ppo.storage import SharedMicroBatch, TurnStorage, pack_by_tokens
 from verlog.runkit.samples import family_of
@@ -40,8 +41,11 @@ class Rollout:
         *,
         binary_reward: bool = False,
         env_id: str = "",
+        calibration: BootstrapCalibration | None = None,
     ) -> None:
         self.envs = envs
+        #: The bootstrap values at each batch end against the returns that followed (opened by the trainer).
+        self.calibration = calibration
         self.sampler = sampler
         self.prompts = prompts
         self.binary_reward = binary_reward
@@ -113,6 +117,10 @@ class Rollout:
             rewards_total += float(rewards.sum())
             if self.binary_reward:
                 rewards = np.where(rewards > 0, 1.0, rewards)
+            if self.calibration is not None:
+                self.calibration.step(
+                    rewards.tolist(), (np.asarray(terminated) | np.asarray(truncated)).tolist()
+                )
             storage.insert(
                 next_prompts,
                 samples_out.token_ids,
@@ -136,6 +144,8 @@ class Rollout:
             "invalid": invalid,
         }
         metrics = self._metrics(tally, cuts_before)
+        if self.calibration is not None:
+            metrics.update(self.calibration.metrics())
         metrics["charts/episodes_truncated"] = float(cut_by_limit)
         # Episodes still running at the batch end: bootstrapped with the critic, continued next update.
         metrics["charts/episodes_running"] = float(np.count_nonzero(self.episode_length))
@@ -187,6 +197,8 @@ class Rollout:
         episodes["charts/episodic_length"].append(float(self.episode_length[n]))
         episodes["env/success"].append(success)
         episodes["env/progression"].append(progression)
+        for name, count in dict(info.get("achievements") or {}).items():  # Crafter: each one's unlock rate
+            episodes[f"achievements/{name}"].append(float(count > 0))
         if family != self.env_id:  # a Mixed env: also per task / level
             episodes[f"env/{family}/success"].append(success)
             episodes[f"env/{family}/progression"].append(progression)

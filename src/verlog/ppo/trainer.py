@@ -340,6 +340,8 @@ class Trainer:
         metrics["charts/actor_lr"] = self.actor_lr_now()
         self.sampler.offload()
         metrics.update(self._score(self.storage, logprobs=True))
+        if self.rollout.calibration is not None:  # V(s_T), to be set against the return that follows it
+            self.rollout.calibration.open(self.storage.values[-1].tolist())
         metrics.update(compute_advantages(self.storage, cfg, all_reduce=self._all_reduce))
         clock = time.perf_counter()
         metrics.update(self._ppo(self.storage, train_actor=True))

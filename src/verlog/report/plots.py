@@ -25,11 +25,14 @@ SMOOTH_POINTS = 50
 # ---------------------------------------------------------------------------------------------- charts
 @dataclass(frozen=True)
 class Panel:
-    """One axes: an overall key and/or the per-family keys with one of ``family_names``."""
+    """One axes: an overall key and/or the per-family keys with one of ``family_names``, more ``extra`` keys,
+    and every key that starts with ``prefix`` (each line labelled by what follows it)."""
 
     title: str
     key: str
     family_names: tuple[str, ...] = ()
+    extra: tuple[str, ...] = ()
+    prefix: str = ""
 
 
 @dataclass(frozen=True)
@@ -101,6 +104,25 @@ CHARTS = (
         (Panel("explained variance", "losses/explained_variance"),),
     ),
     Chart(
+        "bootstrap.png",
+        "Learning",
+        "The critic's bootstrap at each batch end against the return that followed it",
+        (
+            Panel("value and return", "critic/bootstrap_value", extra=("critic/bootstrap_return",)),
+            Panel("error (value - return)", "critic/bootstrap_error", extra=("critic/bootstrap_abs_error",)),
+        ),
+    ),
+    Chart(
+        "achievements.png",
+        "Games",
+        "Achievement unlock rates (Crafter: share of the update's finished episodes)",
+        tuple(
+            Panel(f"{verb} ...", "", prefix=f"achievements/{verb}_")
+            for verb in ("collect", "place", "make", "eat", "defeat")
+        )
+        + (Panel("wake up", "achievements/wake_up"),),
+    ),
+    Chart(
         "throughput.png",
         "Speed",
         "Throughput",
@@ -112,7 +134,10 @@ SECTIONS = ("Games", "Learning", "Speed")
 
 def panel_keys(panel: Panel, keys: Sequence[str]) -> list[tuple[str, str]]:
     """(label, key) of the lines of a panel that exist in ``keys``: overall first, then the families."""
-    lines = [("all", panel.key)] if panel.key in keys else []
+    lines = [("all" if not panel.extra else panel.key.split("/")[-1], panel.key)] if panel.key in keys else []
+    lines += [(key.split("/")[-1], key) for key in panel.extra if key in keys]
+    if panel.prefix:
+        lines += [(key[len(panel.prefix) :], key) for key in keys if key.startswith(panel.prefix)]
     for key in keys:
         prefix, family, name = split_key(key)
         if family is not None and prefix in FAMILY_PREFIXES and name in panel.family_names:

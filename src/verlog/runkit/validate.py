@@ -90,6 +90,8 @@ def _numbers(config: Config) -> Iterator[str]:
     for key in ("turn_gamma", "turn_lam", "token_gamma", "token_lam"):
         if not 0.0 <= getattr(ppo, key) <= 1.0:
             yield f"ppo.{key} must be in [0, 1], got {getattr(ppo, key)}"
+    if ppo.critic_lam > 1.0:
+        yield f"ppo.critic_lam must be in [0, 1] (or negative: ppo.turn_lam's), got {ppo.critic_lam}"
     if ppo.dual_clip and ppo.dual_clip <= 1.0:
         yield f"ppo.dual_clip must be > 1 (or 0 for off), got {ppo.dual_clip}"
     if math.isfinite(run.max_minutes) and run.max_minutes < 0:
