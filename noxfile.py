@@ -128,8 +128,6 @@ def learn_crafter_real(session: nox.Session) -> None:
         "envs/learn_crafter_real.toml",
         "--stem",
         "learn_crafter_real",
-        "--pass-on",
-        "either",
         "--budget-min",
         "50",
         "--episodes",

@@ -147,8 +147,61 @@ def test_crafter_achievement_rates_show_every_seed_with_its_standard_error(
     assert "| eat_cow | 0 ± 0 % | 0 ± 0 % | 100 % | 0 ± 0 % |" in results.crafter_achievements("crafter.json")
 
 
+def test_crafter_tables_show_the_score_beside_old_entries_and_the_published_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Crafter's score ± SE beside return, achievements and progression; an entry from before the score existed
+    leaves its cell empty (and the headline shows its progression); an SE from stored rates alone is marked; random's
+    row and the Crafter paper's rows are there, labelled as another setting."""
+
+    def block(ret: float, **more: float | str) -> dict:
+        return {"episodes": 64, "return": ret, "return_se": 0.1, "achievements": 2.0, "achievements_se": 0.1,
+                "progression": 0.1, "progression_se": 0.01, "length": 170.0, "length_se": 7.0, **more}  # fmt: skip
+
+    scored = {"crafter_score": 1.64, "crafter_score_se": 0.12}
+    rates_only = {**scored, "crafter_score_se_method": "rates-only bootstrap, ignores correlation"}
+    old = {"variant": "verlog", "seed": 1, "passed": True, "random": block(1.2), "untrained": block(0.2),
+           "trained": block(2.2), "gains": {"return_over_random": {"z": 4.9}, "progression_over_random": {"z": 4.9}}}  # fmt: skip
+    new = {"variant": "verlog", "seed": 2, "passed": False, "judged": ["return", "crafter_score"],
+           "random": block(1.2, crafter_score=1.56, crafter_score_se=0.15), "untrained": block(0.2, **rates_only),
+           "trained": block(2.2, **rates_only),
+           "gains": {"return_over_random": {"z": 4.9}, "crafter_score_over_random": {"z": 0.4},
+                     "progression_over_random": {"z": 4.9}}}  # fmt: skip
+    (tmp_path / "old.json").write_text(json.dumps({"episodes": 64, "eval_seed": 10_000, "seeds": [old]}))
+    (tmp_path / "new.json").write_text(json.dumps({"episodes": 64, "eval_seed": 10_000, "seeds": [new]}))
+    monkeypatch.setattr(results, "RESULTS", tmp_path)
+    lines = results.crafter("old.json").splitlines()
+    assert lines[0].startswith("| agent | return | Crafter score | achievements | progression % |")
+    assert (
+        lines[4].startswith("| verlog, seed 1 | 2.20 ± 0.10 |  | 2.00 ± 0.10 | 10.0 ± 1.0 |")
+        and "+4.9" in lines[4]
+    )
+    assert "| *DreamerV3 (published, pixels, 1M steps)* | 11.7 | 14.5 |" in lines[8]
+    new_table = results.crafter("new.json")
+    assert "| random | 1.20 ± 0.10 | 1.56 ± 0.15 |" in new_table  # random's from its episodes: no mark
+    assert "| verlog, seed 2 | 2.20 ± 0.10 | 1.64 ± 0.12† |" in new_table
+    assert "| +0.4 |" in new_table  # the smallest judged gain: the score's, not progression's
+    assert "rates-only bootstrap" in new_table and "a different setting" in new_table
+    headline = results.headline([("old.json", "old"), ("new.json", "new")])
+    assert "| old | progression | 10.0 ± 1.0 % |" in headline
+    assert "| new | Crafter score | 1.56 ± 0.15 | 1.64 ± 0.12† | 1.64 ± 0.12† (seed 2) | 0 of 1 |" in headline
+    assert "rates-only bootstrap" in headline
+    assert "| **Crafter score** |  |  |  |" in results.crafter_achievements("old.json")
+
+
+def test_the_tiny_demo_reports_its_held_out_gain_as_every_demonstration_does() -> None:
+    """learn.json's gain in the tables is the held-out one over the initial model, not the training windows'."""
+    data = {"z": 6.0, "passed": True, "evaluation_verdict": {"vs_initial": {"z": 22.1}}, "evaluation": {}}
+    assert results.seeds(data)[0]["z"] == 22.1
+    assert (
+        results.seeds({"z": 6.0, "passed": True})[0]["z"] == 6.0
+    )  # no evaluation: the windows' is all there is
+
+
 def test_the_headline_rows_follow_the_demonstrations_list() -> None:
-    rows = results.headline().splitlines()[2:]
+    rows = [
+        line for line in results.headline().splitlines()[2:] if line.startswith("| ")
+    ]  # the table, not its note
     assert len(rows) == len(results.DEMONSTRATIONS)
     for row, (name, title) in zip(rows, results.DEMONSTRATIONS, strict=True):
         assert row.startswith(f"| {title} |"), name

@@ -52,52 +52,48 @@ def _learn_real():
     return importlib.import_module("benchmarks.demos.learn_real")
 
 
+judge = importlib.import_module("benchmarks.demos.judge")
+
+
 #: A random agent far below every trained figure below: the zero-shot rule alone decides there.
 _FLOOR = {"success": 0.0, "success_se": 0.0, "invalid_action_rate": 0.0, "invalid_se": 0.0}
 
 
 def test_the_real_model_verdict_needs_three_standard_errors_and_fewer_invalid_answers() -> None:
-    """benchmarks/demos/learn_real.py's rule: success up by >= 3 SE of the difference, and the invalid rate down."""
-    real = _learn_real()
+    """The success rule learn_real.py judges by: success up by >= 3 SE of the difference, the invalid rate down."""
+    rule = judge.success_verdict
     before = {"success": 0.10, "success_se": 0.03, "invalid_action_rate": 0.30, "invalid_se": 0.01}
     learned = {"success": 0.40, "success_se": 0.05, "invalid_action_rate": 0.10, "invalid_se": 0.01}
-    result = real.verdict(before, learned, _FLOOR)
+    result = rule(before, learned, _FLOOR)
     assert result["passed"] and result["z"] == pytest.approx(0.30 / math.sqrt(0.03**2 + 0.05**2))
     more_invalid = {**learned, "invalid_action_rate": 0.35}
-    assert not real.verdict(before, more_invalid, _FLOOR)["passed"]
-    assert not real.verdict(before, {**learned, "success": 0.20}, _FLOOR)["passed"]  # 1.7 SE only
+    assert not rule(before, more_invalid, _FLOOR)["passed"]
+    assert not rule(before, {**learned, "success": 0.20}, _FLOOR)["passed"]  # 1.7 SE only
     never_invalid = {**before, "invalid_action_rate": 0.0, "invalid_se": 0.0}  # greedy answers: none to lower
     valid = {**learned, "invalid_action_rate": 0.0, "invalid_se": 0.0}
-    assert real.verdict(never_invalid, valid, _FLOOR)["passed"]
-    assert not real.verdict(never_invalid, learned, _FLOOR)["passed"]  # from none to some is a rise
-    assert real._episode_rate_se([0.0, 1.0]) == pytest.approx(0.5)
-    assert math.isnan(real._episode_rate_se([0.5]))
+    assert rule(never_invalid, valid, _FLOOR)["passed"]
+    assert not rule(never_invalid, learned, _FLOOR)["passed"]  # from none to some is a rise
 
 
 def test_the_real_model_must_beat_random_too() -> None:
     """Three SE over zero-shot is not enough: the trained model must beat random on the same episodes by three
     SE of that difference as well (hand-computed: every SE of a difference here is sqrt(0.03^2 + 0.04^2) = 0.05)."""
-    real = _learn_real()
+    rule = judge.success_verdict
     zero_shot = {"success": 0.20, "success_se": 0.03, "invalid_action_rate": 0.40, "invalid_se": 0.02}
     random = {"success": 0.30, "success_se": 0.03, "invalid_action_rate": 0.0, "invalid_se": 0.0}
     trained = {"success": 0.44, "success_se": 0.04, "invalid_action_rate": 0.05, "invalid_se": 0.01}
-    near_random = real.verdict(
-        zero_shot, trained, random
-    )  # +0.24 = 4.8 SE over zero-shot, +0.14 = 2.8 over random
+    near_random = rule(zero_shot, trained, random)  # +0.24 = 4.8 SE over zero-shot, +0.14 = 2.8 over random
     assert near_random["z"] == pytest.approx(4.8) and near_random["z_random"] == pytest.approx(2.8)
     assert near_random["success_gain_se"] == pytest.approx(0.05) and near_random[
         "random_gain"
     ] == pytest.approx(0.14)
     assert not near_random["passed"]
-    both = real.verdict(zero_shot, {**trained, "success": 0.46}, random)  # 5.2 and 3.2 SE
+    both = rule(zero_shot, {**trained, "success": 0.46}, random)  # 5.2 and 3.2 SE
     assert both["z"] == pytest.approx(5.2) and both["z_random"] == pytest.approx(3.2) and both["passed"]
-    above_random_only = real.verdict({**zero_shot, "success": 0.32}, {**trained, "success": 0.46}, random)
+    above_random_only = rule({**zero_shot, "success": 0.32}, {**trained, "success": 0.46}, random)
     assert above_random_only["z"] == pytest.approx(2.8) and not above_random_only["passed"]  # 0.14 / 0.05
     hopeless = {**random, "success": 0.0, "success_se": 0.0}  # 0 of n, then n of n: no SE, any gain counts
-    assert (
-        real.verdict(zero_shot, {**trained, "success": 1.0, "success_se": 0.0}, hopeless)["z_random"]
-        == math.inf
-    )
+    assert rule(zero_shot, {**trained, "success": 1.0, "success_se": 0.0}, hopeless)["z_random"] == math.inf
 
 
 def test_the_random_baseline_is_kept_per_task_episodes_and_seeds() -> None:
@@ -105,7 +101,6 @@ def test_the_random_baseline_is_kept_per_task_episodes_and_seeds() -> None:
     envs played at once are no part of the key (the agent seeds itself from each episode's seed)."""
     from benchmarks import common
 
-    real = _learn_real()
     args = ("verlog/BabyAI-GoTo-v0", {"room_size": 5}, "none", {}, 128, 10_000)
     key = common.random_key(*args)
     assert key == {"agent": "random", "env_id": "verlog/BabyAI-GoTo-v0", "env_kwargs": {"room_size": 5},
@@ -120,7 +115,7 @@ def test_the_random_baseline_is_kept_per_task_episodes_and_seeds() -> None:
         common.random_key("verlog/BabaIsAI-v0", {"room_size": 5}, "none", {}, 128, 10_000),
     ]
     assert len({common.random_folder(k) for k in others} | {folder}) == 5
-    command = real.random_command(*args[:4], Path("out"), 128, 10_000, 32)
+    command = judge.random_command(*args[:4], Path("out"), 128, 10_000, 32)
     assert command[command.index("eval") + 1] == "random" and "--sample" not in command
     assert (
         command[command.index("--seed") + 1] == "10000" and command[command.index("--episodes") + 1] == "128"
@@ -144,7 +139,7 @@ def test_a_results_file_is_judged_again_against_random(
         trained = {**zero_shot, "success": success, "success_se": 0.04, "invalid_action_rate": 0.05}
         entry = {"seed": seed, "eval_seed": 10_000 + seed, "zero_shot": zero_shot, "trained": trained,
                  "config": config, "curve": []}  # fmt: skip
-        seeds.append({**entry, **real.verdict(zero_shot, trained, _FLOOR)})
+        seeds.append({**entry, **judge.success_verdict(zero_shot, trained, _FLOOR)})
     path = tmp_path / "learn_real.json"
     path.write_text(json.dumps({"task": task, "seeds_passed": [1, 3], "seeds_failed": [], "seeds": seeds}))
     played = []
@@ -247,18 +242,18 @@ def test_the_real_model_results_keep_every_seed_and_rerunning_a_seed_replaces_it
     }
     path.write_text(json.dumps(legacy))
     header = {"benchmark": "learn_real", "task": {"env_id": "verlog/BabyAI-GoTo-v0", "env_kwargs": {}}}
-    merged = real.merge(path, _seed_entry(3, passed=False), header)
+    merged = judge.merge(path, _seed_entry(3, passed=False), header)
     assert [s["seed"] for s in merged["seeds"]] == [1, 3]
     assert merged["seeds"][0]["zero_shot"] == {"success": 0.2} and merged["seeds"][0]["panel"] is False
     assert merged["seeds_passed"] == [1] and merged["seeds_failed"] == [3]
     path.write_text(json.dumps(merged))
-    again = real.merge(path, _seed_entry(3, passed=True), header)
+    again = judge.merge(path, _seed_entry(3, passed=True), header)
     assert [s["seed"] for s in again["seeds"]] == [1, 3] and again["seeds_passed"] == [1, 3]
     assert [(s["seed"], s["passed"]) for s in again["earlier_runs"]] == [
         (3, False)
     ]  # the replaced run is kept
     path.write_text(json.dumps(again))
-    third = real.merge(path, _seed_entry(3, passed=False), header)
+    third = judge.merge(path, _seed_entry(3, passed=False), header)
     assert [(s["seed"], s["passed"]) for s in third["earlier_runs"]] == [(3, False), (3, True)]
     assert third["seeds_failed"] == [3] and third["seeds_passed"] == [1]
     again["seeds"][0] = _seed_entry(1, passed=True)  # the legacy entry has no curve to draw

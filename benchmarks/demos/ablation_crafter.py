@@ -51,9 +51,15 @@ def cells(path: Path) -> dict[tuple[str, int], dict[str, Any]]:
     return {(s["variant"], s["seed"]): s for s in json.loads(path.read_text())["seeds"]}
 
 
+def _z(runs: Sequence[dict[str, Any]], name: str) -> list[float]:
+    """Each run's gain ``name`` in SEs, to one decimal (NaN where the run has no such gain)."""
+    return [round(e["gains"].get(name, {}).get("z", math.nan), 1) for e in runs]
+
+
 def table(entries: dict[tuple[str, int], dict[str, Any]], variants: Sequence[str]) -> list[dict[str, Any]]:
-    """One row per variant: the trained return and progression averaged over its seeds (± SE over seeds when
-    there are several), the per-seed z over the untrained model, and the training time."""
+    """One row per variant: the trained return, Crafter score, achievements and progression averaged over its
+    seeds (± SE over seeds when there are several), the per-seed z of the judged figures over the untrained
+    model and random, and the training time."""
     rows = []
     for variant in variants:
         runs = [e for (v, _), e in sorted(entries.items()) if v == variant]
@@ -61,14 +67,20 @@ def table(entries: dict[tuple[str, int], dict[str, Any]], variants: Sequence[str
             continue
         ret, ret_se = mean_se([e["trained"]["return"] for e in runs])
         prog, prog_se = mean_se([e["trained"]["progression"] for e in runs])
+        score, score_se = mean_se([e["trained"].get("crafter_score", math.nan) for e in runs])
+        got, got_se = mean_se([e["trained"].get("achievements", math.nan) for e in runs])
         rows.append({
             "variant": variant,
             "seeds": [e["seed"] for e in runs],
             "return": ret, "return_se": ret_se,
+            "crafter_score": score, "crafter_score_se": score_se,
+            "achievements": got, "achievements_se": got_se,
             "progression": prog, "progression_se": prog_se,
             "length": sum(e["trained"]["length"] for e in runs) / len(runs),
-            "z_return_over_untrained": [round(e["gains"]["return_over_untrained"]["z"], 1) for e in runs],
-            "z_return_over_random": [round(e["gains"]["return_over_random"]["z"], 1) for e in runs],
+            "z_return_over_untrained": _z(runs, "return_over_untrained"),
+            "z_return_over_random": _z(runs, "return_over_random"),
+            "z_crafter_score_over_untrained": _z(runs, "crafter_score_over_untrained"),
+            "z_crafter_score_over_random": _z(runs, "crafter_score_over_random"),
             "passed": [e["passed"] for e in runs],
             "turns": [e["turns"] for e in runs],
             "updates": [e["updates"] for e in runs],
@@ -78,13 +90,17 @@ def table(entries: dict[tuple[str, int], dict[str, Any]], variants: Sequence[str
 
 
 def print_table(rows: list[dict[str, Any]], untrained: dict[str, Any], random: dict[str, Any]) -> None:
-    print(f"{'variant':<13} {'return':>12} {'progr %':>12} {'length':>7} {'z vs random':>12} {'updates':>9}")
+    nan = math.nan  # a block judged before Crafter's score existed has none
+    print(f"{'variant':<13} {'return':>12} {'score':>12} {'progr %':>12} {'length':>7} {'z vs random':>12} "
+          f"{'updates':>9}")  # fmt: skip
     for name, f in (("random", random), ("untrained", untrained)):
-        print(f"{name:<13} {f['return']:>6.2f} ± {f['return_se']:.2f} {100 * f['progression']:>6.1f} ± "
+        print(f"{name:<13} {f['return']:>6.2f} ± {f['return_se']:.2f} {f.get('crafter_score', nan):>6.2f} ± "
+              f"{f.get('crafter_score_se', nan):.2f} {100 * f['progression']:>6.1f} ± "
               f"{100 * f['progression_se']:.1f} {f['length']:>7.0f}")  # fmt: skip
     for r in rows:
         print(
-            f"{r['variant']:<13} {r['return']:>6.2f} ± {r['return_se']:.2f} {100 * r['progression']:>6.1f} ± "
+            f"{r['variant']:<13} {r['return']:>6.2f} ± {r['return_se']:.2f} {r.get('crafter_score', nan):>6.2f} ± "
+            f"{r.get('crafter_score_se', nan):.2f} {100 * r['progression']:>6.1f} ± "
             f"{100 * r['progression_se']:.1f} {r['length']:>7.0f} {str(r['z_return_over_random']):>12} "
             f"{str(r['updates']):>9}"
         )

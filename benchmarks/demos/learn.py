@@ -13,11 +13,14 @@ unless the last window beats the first by at least three standard errors of thei
 (sqrt(SE_first^2 + SE_last^2)), with at least 10 episodes in each: a learner that does not learn fails it.
 
 Afterwards the initial model, the trained one and the random agent (``verlog eval random``: uniform over the
-env's valid actions) play the same 96 seeded episodes (base seed 0, ``verlog eval``'s), and the trained model
-must also beat both the initial model and random there by at least three standard errors of the difference:
-a model that learnt only to answer validly, and plays no better than chance, fails. ``--rejudge FILE`` plays
-random on the episodes a results file was judged on and writes the verdict under this rule again, keeping the
-figures it holds (and the old verdict, under ``verdict_before_random``).
+env's valid actions) play the same 96 held-out seeded episodes (base seed :data:`benchmarks.demos.judge.EVAL_SEED`,
+as every demonstration's; ``learn.json`` files from before it was recorded were judged on base seed 0), and the
+trained model must also beat both the initial model and random there by at least three standard errors of the
+difference (:func:`benchmarks.demos.judge.difference`): a model that learnt only to answer validly, and plays no
+better than chance, fails. The held-out gain over the initial model is the one the results tables report, as
+for every other demonstration; the training windows' gap is this demonstration's own extra check.
+``--rejudge FILE`` plays random on the episodes a results file was judged on and writes the verdict under this
+rule again, keeping the figures it holds (and the old verdict, under ``verdict_before_random``).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from benchmarks.common import (
     update_records,
     window,
 )
+from benchmarks.demos.judge import EVAL_SEED, Z_REQUIRED, difference
 from verlog.pipes import closed_pipe_ok
 from verlog.quiet import quiet_console
 from verlog.runkit.folder import CONFIG_FILE
@@ -49,13 +53,12 @@ from verlog.tomlconfig import toml_value
 
 #: The demonstration must finish within this on the 2-core CPU it was tuned on (reported, not enforced).
 BUDGET_MIN = 30.0
-Z_REQUIRED = 3.0
 #: Fewer episodes than this in a window measure nothing (0 of 3 and 3 of 3 have zero standard error).
 MIN_EPISODES = 10
 #: Written into the run folder after training, so ``--run`` reports the time it took.
 WALL_FILE = "learn-wall.json"
-#: The base seed of the evaluation episodes (``verlog eval``'s default, which the figures before random used).
-EVAL_SEED = 0
+#: The base seed a results file without ``eval_seed`` was judged on (``verlog eval``'s default).
+FIRST_EVAL_SEED = 0
 
 
 def compare(records: Sequence[dict[str, Any]], fraction: float = 0.1) -> dict[str, Any]:
@@ -74,14 +77,6 @@ def compare(records: Sequence[dict[str, Any]], fraction: float = 0.1) -> dict[st
         "z": z,
         "passed": bool(enough and z >= Z_REQUIRED),
     }
-
-
-def difference(after: float, after_se: float, before: float, before_se: float) -> dict[str, float]:
-    """``after - before`` and how many standard errors of the difference (sqrt(SE_a^2 + SE_b^2)) it is."""
-    gap = after - before
-    se = math.sqrt(before_se**2 + after_se**2)
-    z = gap / se if se > 0 else (math.inf if gap > 0 else -math.inf)
-    return {"gain": gap, "gain_se": se, "z": z}
 
 
 def judge_evaluation(evaluation: dict[str, dict[str, float]]) -> dict[str, Any]:
@@ -183,7 +178,7 @@ def evaluate_agents(config: Any, run_dir: Path, episodes: int) -> dict[str, dict
     }
     figures = {}
     for name, agent in (("initial", config.model.path), ("trained", str(run_dir))):
-        summary = evaluate(agent, out=run_dir / f"eval-{name}", **common)
+        summary = evaluate(agent, out=run_dir / f"eval-{name}-seed{EVAL_SEED}", **common)
         figures[name] = _figures(summary, config.env.id)
     figures["random"] = play_random(
         config.env.id, config.env.kwargs, config.env.memory, config.env.memory_kwargs, episodes, EVAL_SEED,
@@ -194,7 +189,7 @@ def evaluate_agents(config: Any, run_dir: Path, episodes: int) -> dict[str, dict
 
 def rejudge(path: Path) -> dict[str, Any]:
     """The results file ``path`` judged again under the rule with random: random plays the episodes its
-    initial and trained models played (its config's env, kwargs and memory, base seed :data:`EVAL_SEED`);
+    initial and trained models played (its config's env, kwargs and memory, its ``eval_seed``);
     the figures already there stay, the old verdict is kept under ``verdict_before_random``."""
     report = json.loads(path.read_text())
     evaluation = report.get("evaluation")
@@ -204,8 +199,9 @@ def rejudge(path: Path) -> dict[str, Any]:
     episodes = evaluation["trained"]["episodes"]
     if evaluation["initial"]["episodes"] != episodes:
         raise SystemExit(f"{path}: the initial and trained models played different episodes")
+    seed = report.get("eval_seed", FIRST_EVAL_SEED)
     evaluation["random"], _, _ = play_random(
-        env["id"], env["kwargs"], env["memory"], env["memory_kwargs"], episodes, EVAL_SEED, env["num_envs"]
+        env["id"], env["kwargs"], env["memory"], env["memory_kwargs"], episodes, seed, env["num_envs"]
     )
     report.setdefault("verdict_before_random", {"passed": report["passed"]})
     window_passed = report.get("window_passed", report["verdict_before_random"]["passed"])
@@ -238,7 +234,7 @@ def _print_evaluation(console: Any, evaluation: dict[str, dict[str, float]], jud
     for name in ("initial", "random"):
         d = judged[f"vs_{name}"]
         console.print(
-            f"trained vs {name}: {d['gain']:+.3f} ± {d['gain_se']:.3f} = {d['z']:.1f} SE (need >= {Z_REQUIRED:g})"
+            f"trained vs {name}: {d['gain']:+.3f} ± {d['se']:.3f} = {d['z']:.1f} SE (need >= {Z_REQUIRED:g})"
         )
     mark = "[green]PASS[/green]" if judged["passed"] else "[red]FAIL[/red]"
     console.print(f"evaluation: {mark}")
@@ -379,6 +375,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "updates": len(records),
         "turns": int(records[-1].get("global_step", 0)),
         "z_required": Z_REQUIRED,
+        **({"eval_seed": EVAL_SEED} if evaluation else {}),
         **result,
         "curve": [
             {k: r.get(k) for k in ("update", "env/success", "charts/episodes", "env/invalid_action_rate")}

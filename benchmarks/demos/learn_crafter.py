@@ -15,17 +15,25 @@ training envs' ``run.seed + k`` and the panel's 900,000), sampled at the trainin
 run's last checkpoint. Each gets Crafter's return, achievements per episode, BALROG progression and episode
 length, each ± SE over episodes, and the per-achievement rates.
 
-A seed passes when the trained model's return **and** progression each beat the untrained model's and the
-random agent's by at least three standard errors of the difference; otherwise the script exits with status 1.
-The untrained and random evaluations depend only on the model, the task and the episodes, so they are kept
-under ``runs/judge/`` and reused across seeds and variants. Results go to ``benchmarks/results/<stem>.json``
-(one entry per seed and variant; a re-run's old entry moves to ``earlier_runs``) and ``<stem>.png``.
+Each also gets Crafter's own score (the Crafter paper's geometric mean of the 22 achievements' success rates)
+with its bootstrap SE over episodes. The judge is :mod:`benchmarks.demos.judge`'s: a seed passes when the
+trained model's return **and** Crafter score each beat the untrained model's and the random agent's by at least
+three standard errors of the difference (progression is reported beside them); otherwise the script exits with
+status 1. The untrained and random evaluations depend only on the model, the task and the episodes, so they are
+kept (the untrained model's under ``runs/judge/``, random's under ``runs/random/``, as every demonstration's)
+and reused across seeds and variants. Results go to
+``benchmarks/results/<stem>.json`` (one entry per seed and variant; a re-run's old entry moves to
+``earlier_runs``) and ``<stem>.png``.
+
+``--rejudge FILE [FILE ...]`` judges results files again under this rule from the figures they hold (no
+training, no play; see :func:`benchmarks.demos.judge.rejudge_crafter`), keeping each seed's first verdict.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import functools
 import hashlib
 import json
 import math
@@ -34,17 +42,26 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import RESULTS, ROOT, load_preset, locked, machine, mean_se, update_records
+from benchmarks.common import RESULTS, ROOT, load_preset, machine, update_records
+from benchmarks.demos.judge import (
+    CRAFTER_JUDGED,
+    EVAL_SEED,
+    Z_REQUIRED,
+    crafter_verdict,
+    figures,
+    random_baseline,
+    record_seed,
+    rejudge_crafter,
+)
 from verlog.pipes import closed_pipe_ok
 from verlog.quiet import quiet_console
 from verlog.runkit.folder import CONFIG_FILE
 from verlog.tomlconfig import toml_value
 
-Z_REQUIRED = 3.0
 #: The demonstration must train within this on 2 idle cores (reported, not enforced).
 BUDGET_MIN = 30.0
 #: Evaluations of the untrained model and of random, one folder per (agent, task, episodes) key.
@@ -62,33 +79,11 @@ VARIANTS: dict[str, list[str]] = {
 }
 #: The variants the ablation compares.
 ABLATION = ("verlog", "no-bootstrap", "no-warmup", "grpo", "entropy")
-#: The figures judged; both must rise by Z_REQUIRED standard errors over the untrained model and random.
-JUDGED = ("return", "progression")
 CURVE_KEYS = (
     "update", "global_step", "charts/episodic_return", "charts/episodic_length", "env/progression",
     "charts/episodes", "charts/episodes_running", "charts/episodes_truncated", "env/invalid_action_rate",
     "env/prompt_cuts", "sys/rss_mb", "time/total",
 )  # fmt: skip
-
-
-def figures(out: Path) -> dict[str, Any]:
-    """Per-episode figures of an evaluation folder (its ``episodes.jsonl``), each with its SE."""
-    rows = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines() if line.strip()]
-    result: dict[str, Any] = {"episodes": len(rows)}
-    columns = {
-        "return": [float(r["return"]) for r in rows],
-        "achievements": [float(len(r.get("achievements", []))) for r in rows],
-        "progression": [float(r["progression"]) for r in rows],  # BALROG's, a fraction of the 22
-        "length": [float(r["length"]) for r in rows],
-        "invalid_action_rate": [r["invalid_actions"] / max(1, r["length"]) for r in rows],
-    }
-    for name, values in columns.items():
-        result[name], result[f"{name}_se"] = mean_se(values)
-    names = sorted({a for r in rows for a in r.get("achievements", [])})
-    result["achievement_rates"] = {
-        a: sum(a in r.get("achievements", []) for r in rows) / max(1, len(rows)) for a in names
-    }
-    return result
 
 
 def judged_kwargs(config: Any) -> dict[str, Any]:
@@ -119,7 +114,8 @@ def play(agent: str, config: Any, run_config: Path, out: Path, args: argparse.Na
 
 
 def baseline(agent: str, config: Any, run_config: Path, args: argparse.Namespace) -> tuple[dict, Path]:
-    """The untrained model's or random's evaluation, kept under ``runs/judge/<key>`` and reused."""
+    """The untrained model's evaluation, kept under ``runs/judge/<key>`` and reused (random's is the judge's,
+    under ``runs/random/``)."""
     key = {
         "agent": agent, "env_id": config.env.id, "env_kwargs": judged_kwargs(config),
         "prompt": config.to_dict()["prompt"], "memory": config.env.memory, "temperature": config.sampling.temperature,
@@ -128,62 +124,10 @@ def baseline(agent: str, config: Any, run_config: Path, args: argparse.Namespace
     if config.sampling.constrain != "off":  # a constrained model is judged against itself constrained
         key["constrain"] = config.sampling.constrain
     digest = hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:12]
-    folder = JUDGE_DIR / f"{'random' if agent == 'random' else 'untrained'}-{digest}"
+    folder = JUDGE_DIR / f"untrained-{digest}"
     result = play(agent, config, run_config, folder, args)
     (folder / "key.json").write_text(json.dumps(key, indent=2, default=str) + "\n")
     return result, folder
-
-
-def gain(after: dict[str, Any], before: dict[str, Any], name: str) -> dict[str, float]:
-    """``after`` minus ``before`` on figure ``name``, in standard errors of the difference."""
-    gap = after[name] - before[name]
-    se = math.sqrt(after[f"{name}_se"] ** 2 + before[f"{name}_se"] ** 2)
-    return {"gain": gap, "se": se, "z": gap / se if se > 0 else (math.inf if gap > 0 else -math.inf)}
-
-
-def verdict(
-    trained: dict[str, Any], untrained: dict[str, Any], random: dict[str, Any], pass_on: str = "both"
-) -> dict[str, Any]:
-    """Every judged figure against both baselines. A figure holds when it beats both by ``Z_REQUIRED`` SEs;
-    ``pass_on="both"`` needs return and progression to hold, ``"either"`` one of them."""
-    gains = {
-        f"{name}_over_{label}": gain(trained, base, name)
-        for name in JUDGED
-        for label, base in (("untrained", untrained), ("random", random))
-    }
-    holds = [
-        all(gains[f"{name}_over_{label}"]["z"] >= Z_REQUIRED for label in ("untrained", "random"))
-        for name in JUDGED
-    ]
-    return {"gains": gains, "passed": all(holds) if pass_on == "both" else any(holds)}
-
-
-#: The header fields that say how seeds were judged: entries judged otherwise are not compared with a new one.
-JUDGE_KEYS = ("task", "episodes", "eval_seed", "pass_on", "z_required", "judged")
-
-
-def merge(path: Path, record: dict[str, Any], header: dict[str, Any]) -> dict[str, Any]:
-    """The results file with ``record`` as its (variant, seed) entry; an earlier one moves to ``earlier_runs``.
-
-    When the judge changed (more episodes, other seeds, another task), every old entry moves there, each with
-    the judge it had under ``judge``, so the file's verdicts only count seeds judged alike."""
-    old: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}
-    old_judge = {k: old[k] for k in JUDGE_KEYS if k in old}
-    if any(old_judge[k] != header[k] for k in old_judge if k in header):
-        moved = [{**s, "judge": old_judge} for s in old.get("seeds", [])]
-        old = {"seeds": [], "earlier_runs": old.get("earlier_runs", []) + moved}
-    same = lambda s: (s["variant"], s["seed"]) == (record["variant"], record["seed"])  # noqa: E731
-    replaced = [s for s in old.get("seeds", []) if same(s)]
-    seeds = sorted(
-        [s for s in old.get("seeds", []) if not same(s)] + [record], key=lambda s: (s["variant"], s["seed"])
-    )
-    return {
-        **header,
-        "seeds_passed": [[s["variant"], s["seed"]] for s in seeds if s["passed"]],
-        "seeds_failed": [[s["variant"], s["seed"]] for s in seeds if not s["passed"]],
-        "seeds": seeds,
-        "earlier_runs": old.get("earlier_runs", []) + replaced,
-    }
 
 
 def smooth(values: Sequence[float | None], k: int) -> list[float]:
@@ -239,15 +183,18 @@ def plot(results: dict[str, Any], path: Path) -> None:
 
 def print_outcome(console: Any, judged: dict[str, dict[str, Any]], result: dict[str, Any]) -> None:
     for name, f in judged.items():
+        nan = math.nan  # an evaluation played before its episodes listed their achievements has no score
         console.print(
-            f"{name:>9}: return {f['return']:.2f} ± {f['return_se']:.2f}, achievements {f['achievements']:.2f} ± "
-            f"{f['achievements_se']:.2f}, progression {100 * f['progression']:.1f} ± {100 * f['progression_se']:.1f} %, "
+            f"{name:>9}: return {f['return']:.2f} ± {f['return_se']:.2f}, Crafter score "
+            f"{f.get('crafter_score', nan):.2f} ± {f.get('crafter_score_se', nan):.2f}, achievements "
+            f"{f.get('achievements', nan):.2f} ± {f.get('achievements_se', nan):.2f}, "
+            f"progression {100 * f['progression']:.1f} ± {100 * f['progression_se']:.1f} %, "
             f"length {f['length']:.0f} ± {f['length_se']:.0f}, {f['episodes']} episodes"
         )
     for key, g in result["gains"].items():
         console.print(f"{key.replace('_', ' ')}: {g['gain']:+.2f} ± {g['se']:.2f} = {g['z']:.1f} SE")
     mark = "[green]PASS[/green]" if result["passed"] else "[red]FAIL[/red]"
-    console.print(f"each must be >= {Z_REQUIRED:g} SE: {mark}")
+    console.print(f"{' and '.join(result['judged'])} over both must each be >= {Z_REQUIRED:g} SE: {mark}")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -263,12 +210,14 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--run", type=Path, default=None, help="judge an existing run folder instead")
     parser.add_argument("--episodes", type=int, default=64, help="held-out episodes per agent (default 64)")
     parser.add_argument("--eval-envs", type=int, default=32, help="envs played at once in evaluation")
-    parser.add_argument("--eval-seed", type=int, default=10_000, help="base seed of the held-out episodes")
+    parser.add_argument("--eval-seed", type=int, default=EVAL_SEED, help="base seed of the held-out episodes")
     parser.add_argument(
-        "--pass-on",
-        choices=("both", "either"),
-        default="both",
-        help="figures that must beat both baselines: return and progression, or either",
+        "--rejudge",
+        type=Path,
+        nargs="+",
+        default=None,
+        metavar="FILE",
+        help="judge results files again under the Crafter rule from the figures they hold; no training",
     )
     parser.add_argument(
         "--budget-min",
@@ -302,8 +251,8 @@ def _train_or_read(
         trainer = Trainer(config)  # builds the tiny model the first time
         run_dir = trainer.run_dir
         state = {"variant": args.variant, "overrides": overrides, "episodes": args.episodes,
-                 "eval_seed": args.eval_seed, "eval_envs": args.eval_envs, "pass_on": args.pass_on,
-                 "budget_min": args.budget_min, "stem": args.stem}  # fmt: skip
+                 "eval_seed": args.eval_seed, "eval_envs": args.eval_envs, "budget_min": args.budget_min,
+                 "stem": args.stem}  # fmt: skip
         (run_dir / STATE_FILE).write_text(json.dumps(state) + "\n")
         console.print(f"training {args.variant} from seed {config.run.seed} into {run_dir}")
         clock = time.perf_counter()
@@ -315,10 +264,43 @@ def _train_or_read(
         state = json.loads((run_dir / STATE_FILE).read_text())
         args.variant, args.episodes = state["variant"], state["episodes"]
         args.eval_seed, args.eval_envs = state["eval_seed"], state["eval_envs"]
-        args.pass_on = state.get("pass_on", args.pass_on)  # judged again as first judged
         args.budget_min = state.get("budget_min", args.budget_min)
         args.stem = args.stem or state.get("stem")
     return config, run_dir, train_s
+
+
+def replay_random(
+    task: Mapping[str, Any], entry: Mapping[str, Any], episodes: int, eval_seed: int
+) -> dict[str, Any]:
+    """Random on an entry's judged episodes of ``task`` again (kept under ``runs/random/``), so its score can be
+    bootstrapped over episodes: random seeds itself per episode, so the same episodes give the same figures."""
+    env = entry.get("config", {}).get("env", {})
+    return random_baseline(
+        task["env_id"], task["env_kwargs"], env.get("memory", "none"), env.get("memory_kwargs", {}), episodes,
+        eval_seed, 16,
+    )[0]  # fmt: skip
+
+
+def _rejudge_files(paths: Sequence[Path], console: Any) -> int:
+    """``--rejudge``: each file judged again under the Crafter rule and rewritten (an ablation file's table
+    too); 0 when every seed of every file passes."""
+    failed = False
+    for path in paths:
+        before = json.loads(path.read_text())
+        results = rejudge_crafter(before, functools.partial(replay_random, before["task"]))
+        if "table" in results:  # the ablation's per-variant table follows its seeds' verdicts
+            from benchmarks.demos.ablation_crafter import table
+
+            entries = {(s["variant"], s["seed"]): s for s in results["seeds"]}
+            results["table"] = table(entries, list(ABLATION))
+        path.write_text(json.dumps(results, indent=2) + "\n")
+        for entry in results["seeds"]:
+            was = "pass" if entry["verdict_before_crafter_rule"]["passed"] else "FAIL"
+            console.print(f"{path.name} {entry['variant']} seed {entry['seed']} (was {was}):")
+            print_outcome(console, {k: entry[k] for k in ("random", "untrained", "trained")}, entry)
+        console.print(f"rewrote {path}: passed {results['seeds_passed']}, failed {results['seeds_failed']}")
+        failed = failed or bool(results["seeds_failed"]) or not results["seeds"]
+    return 1 if failed else 0
 
 
 @closed_pipe_ok
@@ -330,6 +312,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from rich.console import Console
 
     console = Console(soft_wrap=True)
+    if args.rejudge:
+        return _rejudge_files(args.rejudge, console)
     started, load_start = time.perf_counter(), os.getloadavg()[0]
     config, run_dir, train_s = _train_or_read(args, parser, console)
     records = update_records(run_dir)
@@ -339,10 +323,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     run_config = run_dir / CONFIG_FILE
     untrained, _ = baseline(str(config.model.path), config, run_config, args)
-    random, _ = baseline("random", config, run_config, args)
+    random = random_baseline(
+        config.env.id, judged_kwargs(config), config.env.memory, dict(config.env.memory_kwargs), args.episodes,
+        args.eval_seed, args.eval_envs,
+    )[0]  # fmt: skip
     trained = play(str(run_dir), config, run_config, run_dir / "eval-trained", args)
     judged = {"random": random, "untrained": untrained, "trained": trained}
-    result = verdict(trained, untrained, random, args.pass_on)
+    result = crafter_verdict(trained, untrained, random)
     print_outcome(console, judged, result)
     wall = time.perf_counter() - started if args.run is None else None
     if train_s is not None:
@@ -380,17 +367,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "benchmark": stem,
         "task": {"env_id": config.env.id, "env_kwargs": judged_kwargs(config)},
         "train_env_kwargs": dict(config.env.kwargs),
-        "pass_on": args.pass_on,
         "budget_min": args.budget_min,
         "episodes": args.episodes,
         "eval_seed": args.eval_seed,
         "z_required": Z_REQUIRED,
-        "judged": list(JUDGED),
+        "judged": list(CRAFTER_JUDGED),
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    with locked(args.out):  # another seed may be writing the same file
-        results = merge(args.out / f"{stem}.json", record, header)
-        (args.out / f"{stem}.json").write_text(json.dumps(results, indent=2) + "\n")
+    results = record_seed(args.out, stem, record, header, key=("variant", "seed"))
     plot(results, args.out / f"{stem}.png")
     console.print(f"wrote {args.out / (stem + '.json')} and .png")
     return 0 if result["passed"] else 1

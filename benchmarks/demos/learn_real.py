@@ -22,10 +22,10 @@ to pick a checkpoint.
 
 The random agent (``verlog eval random``: uniform over the env's valid actions, seeded per episode) plays the
 very same episodes too (kept under ``runs/random/``; the same task, kwargs, memory, episodes and seeds give the
-same figure). A seed passes when, on those episodes, the trained model's success rate beats the zero-shot
-model's *and* random's by at least three standard errors of the difference each (sqrt(SE_a^2 + SE_b^2),
-SE = sqrt(p (1 - p) / n), BALROG's), and the invalid-action rate falls from zero-shot; otherwise the script
-exits with status 1. A model that only learnt to answer validly, and then plays about as well as chance, beats
+same figure). The judge is :mod:`benchmarks.demos.judge`'s success rule: a seed passes when, on those episodes, the trained
+model's success rate beats the zero-shot model's *and* random's by at least three standard errors of the
+difference each (sqrt(SE_a^2 + SE_b^2), SE = sqrt(p (1 - p) / n), BALROG's), and the invalid-action rate falls
+from zero-shot; otherwise the script exits with status 1. A model that only learnt to answer validly, and then plays about as well as chance, beats
 a zero-shot model that answers invalidly half the time but not random.
 
 The results file ``benchmarks/results/<preset>.json`` keeps every seed's outcome (one entry per seed, its latest
@@ -47,22 +47,21 @@ import json
 import math
 import os
 import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import (
-    RESULTS,
-    ROOT,
-    cached_random,
-    load_preset,
-    locked,
-    machine,
-    random_key,
-    update_records,
+from benchmarks.common import RESULTS, ROOT, load_preset, machine, update_records
+from benchmarks.demos.judge import (
+    EVAL_SEED,
+    Z_REQUIRED,
+    evaluation,
+    figures,
+    random_baseline,
+    record_seed,
+    success_verdict,
 )
 from benchmarks.demos.learn_real_plot import plot
 from verlog.pipes import closed_pipe_ok
@@ -70,7 +69,6 @@ from verlog.quiet import quiet_console
 from verlog.runkit.folder import CONFIG_FILE, best_checkpoint, latest_checkpoint
 from verlog.tomlconfig import toml_value
 
-Z_REQUIRED = 3.0
 #: Written into the run folder before training: the zero-shot evaluation and the judge's settings.
 STATE_FILE = "learn-real.json"
 #: Zero-shot evaluations, one folder per (model, task, prompts, episodes) key, reused across seeds.
@@ -86,15 +84,6 @@ CURVE_KEYS = (
 def target(config: Any) -> tuple[str, dict[str, Any]]:
     """The task that is judged: the panel's (its env and kwargs over ``env.kwargs``), as the panel plays it."""
     return config.panel.env_id or config.env.id, {**config.env.kwargs, **config.panel.env_kwargs}
-
-
-def evaluation(command: Sequence[str], out: Path, env_id: str) -> dict:
-    """Runs ``command`` (:func:`eval_command`'s) in a child process (its own sampler engine, none left behind in
-    the trainer's) and reads ``out``: success and invalid-action rate with SEs."""
-    from verlog.sampling.vllm import child_env
-
-    subprocess.run(list(command), check=True, env=child_env())
-    return figures(out, env_id)
 
 
 def eval_command(
@@ -125,35 +114,6 @@ def checkpoint_judged(run_dir: Path, which: str) -> int | None:
     return int(folder.name) if folder is not None else None
 
 
-def figures(out: Path, env_id: str) -> dict[str, Any]:
-    """Success and invalid-action rate, each with its SE, from an evaluation folder."""
-    task = json.loads((out / "summary.json").read_text())["tasks"][env_id]
-    rows = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines() if line.strip()]
-    turns = sum(r["length"] for r in rows)
-    invalid = sum(r["invalid_actions"] for r in rows)
-    p = task["success_rate"] / 100
-    return {
-        "episodes": task["episodes"],
-        "success": p,
-        "success_se": math.sqrt(p * (1 - p) / task["episodes"]),
-        "turns": turns,
-        "invalid_action_rate": invalid / turns if turns else math.nan,
-        # turns of one episode are not independent: the SE counts episodes, over per-episode rates
-        "invalid_se": _episode_rate_se([r["invalid_actions"] / max(1, r["length"]) for r in rows]),
-        "mean_length": task["mean_length"],
-        "score": task["score"],
-        "score_se": task["score_se"],
-    }
-
-
-def _episode_rate_se(rates: Sequence[float]) -> float:
-    n = len(rates)
-    if n < 2:
-        return math.nan
-    mean = sum(rates) / n
-    return math.sqrt(sum((r - mean) ** 2 for r in rates) / (n - 1) / n)
-
-
 def zero_shot(
     config: Any, run_config: Path, episodes: int, seed: int, num_envs: int
 ) -> tuple[dict, Path, bool]:
@@ -169,119 +129,23 @@ def zero_shot(
     digest = hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:12]
     folder = ZERO_SHOT_DIR / digest
     if (folder / "summary.json").is_file():
-        return figures(folder, env_id), folder, True
+        return figures(folder), folder, True
     partial = folder.with_name(folder.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     command = eval_command(config.model.path, config, run_config, partial, episodes, seed, num_envs)
-    result = evaluation(command, partial, env_id)
+    result = evaluation(command, partial)
     (partial / "key.json").write_text(json.dumps(key, indent=2, default=str) + "\n")
     partial.replace(folder)  # only a finished evaluation is ever reused
     return result, folder, False
-
-
-def random_command(
-    env_id: str,
-    env_kwargs: dict[str, Any],
-    memory: str,
-    memory_kwargs: dict[str, Any],
-    out: Path,
-    episodes: int,
-    seed: int,
-    num_envs: int,
-) -> list[str]:
-    """``verlog eval random`` on the target task into ``out``, with the run's memory (no config file needed:
-    random reads no prompt and decodes nothing)."""
-    return [
-        sys.executable, "-m", "verlog", "eval", "random", "--suite", env_id, "--episodes", str(episodes),
-        "--seed", str(seed), "--num-envs", str(num_envs), "--set", f"env.memory={toml_value(memory)}",
-        "--set", f"env.memory_kwargs={toml_value(dict(memory_kwargs))}", "--env-kwargs", toml_value(env_kwargs),
-        "--out", str(out), "--quiet",
-    ]  # fmt: skip
-
-
-def random_baseline(
-    env_id: str,
-    env_kwargs: dict[str, Any],
-    memory: str,
-    memory_kwargs: dict[str, Any],
-    episodes: int,
-    seed: int,
-    num_envs: int,
-) -> tuple[dict, Path, bool]:
-    """The random agent's evaluation on the judged episodes, from ``runs/random/<key>`` (:func:`random_key`)
-    when played before; else played in a child process and kept there. Returns (figures, folder, cached)."""
-    return cached_random(
-        random_key(env_id, env_kwargs, memory, memory_kwargs, episodes, seed),
-        lambda partial: evaluation(
-            random_command(env_id, env_kwargs, memory, memory_kwargs, partial, episodes, seed, num_envs),
-            partial,
-            env_id,
-        ),
-        lambda folder: figures(folder, env_id),
-    )
-
-
-def verdict(before: dict[str, Any], after: dict[str, Any], random: dict[str, Any]) -> dict[str, Any]:
-    """The success gain over zero-shot (``before``) and over random, each in standard errors of the
-    difference, the invalid-rate fall from zero-shot, and whether all three hold.
-
-    A zero-shot model that answered validly every time (greedy decoding often does) has no invalid rate to
-    lower: there the rule is that the trained one stays at none. Random answers validly by construction: it
-    is a floor for success only."""
-    gap = after["success"] - before["success"]
-    se = math.sqrt(before["success_se"] ** 2 + after["success_se"] ** 2)
-    z = gap / se if se > 0 else (math.inf if gap > 0 else -math.inf)
-    random_gap = after["success"] - random["success"]
-    random_se = math.sqrt(random["success_se"] ** 2 + after["success_se"] ** 2)
-    z_random = random_gap / random_se if random_se > 0 else (math.inf if random_gap > 0 else -math.inf)
-    fall = before["invalid_action_rate"] - after["invalid_action_rate"]
-    fall_se = math.sqrt(before["invalid_se"] ** 2 + after["invalid_se"] ** 2)
-    return {
-        "success_gain": gap,
-        "success_gain_se": se,
-        "z": z,
-        "invalid_fall": fall,
-        "invalid_fall_se": fall_se,
-        "invalid_z": fall / fall_se if fall_se > 0 else math.nan,
-        "random_gain": random_gap,
-        "random_gain_se": random_se,
-        "z_random": z_random,
-        "passed": bool(
-            z >= Z_REQUIRED
-            and z_random >= Z_REQUIRED
-            and (fall > 0 or before["invalid_action_rate"] == after["invalid_action_rate"] == 0)
-        ),
-    }
-
-
-def merge(path: Path, record: dict[str, Any], header: dict[str, Any]) -> dict[str, Any]:
-    """The results file with ``record`` as its seed's entry; an earlier entry for that seed moves to
-    ``earlier_runs`` (kept, not counted in the verdicts: a seed's outcome is its latest run, and a re-run that
-    fails must not erase the one that passed, nor the reverse).
-
-    A file written before results were kept per seed (one run, no ``seeds``) becomes that run's seed entry."""
-    old: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}
-    if old and "seeds" not in old:
-        legacy = {"seed": old["config"]["run"]["seed"], "zero_shot": old["before"], "trained": old["after"]}
-        old = {"seeds": [{**old, **legacy, "panel": False}]}
-    replaced = [s for s in old.get("seeds", []) if s["seed"] == record["seed"]]
-    seeds = [s for s in old.get("seeds", []) if s["seed"] != record["seed"]] + [record]
-    seeds.sort(key=lambda s: s["seed"])
-    return {
-        **header,
-        "seeds_passed": [s["seed"] for s in seeds if s["passed"]],
-        "seeds_failed": [s["seed"] for s in seeds if not s["passed"]],
-        "seeds": seeds,
-        "earlier_runs": old.get("earlier_runs", []) + replaced,
-    }
 
 
 def _print_outcome(console: Any, before: dict, after: dict, random: dict, result: dict) -> None:
     for name, f in (("before", before), ("random", random), ("after", after)):
         console.print(
             f"{name:>6}: success [bold]{f['success']:.3f} ± {f['success_se']:.3f}[/bold], invalid actions "
-            f"{f['invalid_action_rate']:.3f} ± {f['invalid_se']:.3f}, BALROG score {f['score']:.1f} ± "
-            f"{f['score_se']:.1f}, {f['episodes']} episodes, {f['turns']} turns"
+            f"{f['invalid_action_rate']:.3f} ± {f['invalid_se']:.3f}, progression "
+            f"{100 * f.get('progression', math.nan):.1f} ± {100 * f.get('progression_se', math.nan):.1f} %, "
+            f"{f['episodes']} episodes, {f['turns']} turns"
         )
     mark = "[green]PASS[/green]" if result["passed"] else "[red]FAIL[/red]"
     console.print(
@@ -326,7 +190,7 @@ def rejudge(path: Path, num_envs: int) -> dict[str, Any]:
                       "invalid_z")
             if k in entry
         }  # fmt: skip
-        result = verdict(entry["zero_shot"], entry["trained"], random)
+        result = success_verdict(entry["zero_shot"], entry["trained"], random)
         seeds.append({**entry, **result, "random": random, "verdict_before_random": old})
     return {
         **results,
@@ -350,7 +214,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--run", type=Path, default=None, help="judge an existing run folder instead")
     parser.add_argument("--episodes", type=int, default=128, help="seeded evaluation episodes (default 128)")
     parser.add_argument("--eval-envs", type=int, default=32, help="envs played at once in evaluation")
-    parser.add_argument("--eval-seed", type=int, default=10_000, help="base seed of the evaluation episodes")
+    parser.add_argument(
+        "--eval-seed", type=int, default=EVAL_SEED, help="base seed of the evaluation episodes"
+    )
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder for <preset>.{json,png}")
     parser.add_argument(
         "--judge",
@@ -526,15 +392,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     after_dir = run_dir / ("eval-after" if args.judge == "newest" else f"eval-after-{args.judge}")
     if (after_dir / "summary.json").is_file():  # judged before: the same checkpoint on the same episodes
-        after = figures(after_dir, target(config)[0])
+        after = figures(after_dir)
     else:
         checkpoint = None if args.judge == "newest" else args.judge
         command = eval_command(
             str(run_dir), config, run_dir / CONFIG_FILE, after_dir, args.episodes, args.eval_seed,
             args.eval_envs, checkpoint,
         )  # fmt: skip
-        after = evaluation(command, after_dir, target(config)[0])
-    result = verdict(before, after, random)
+        after = evaluation(command, after_dir)
+    result = success_verdict(before, after, random)
     wall = time.perf_counter() - started if args.run is None else None
     _print_outcome(console, before, after, random, result)
     if wall is not None and train_s is not None:
@@ -552,10 +418,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "judged_against": ["zero-shot", "random"],
     }
     stem = args.config.stem
-    args.out.mkdir(parents=True, exist_ok=True)
-    with locked(args.out):  # another seed may be writing the same file
-        results = merge(args.out / f"{stem}.json", record, header)
-        (args.out / f"{stem}.json").write_text(json.dumps(results, indent=2) + "\n")
+    results = record_seed(args.out, stem, record, header)
     plot(results, args.out / f"{stem}.png")
     console.print(
         f"wrote {args.out / (stem + '.json')} (seeds {[s['seed'] for s in results['seeds']]}) and .png"

@@ -14,8 +14,10 @@ list (and ``earlier_runs``, the runs a rerun replaced); each entry has ``seed``,
 after block: ``zero_shot``/``trained`` (``benchmarks/demos/learn_real.py``), ``initial``/``trained``,
 ``untrained``/``trained`` (``benchmarks/demos/learn_crafter.py``) or ``before``/``after``; a ``random`` block beside them
 is random's figure on the same episodes. A block's figure is its ``success`` (a fraction), else its
-``progression`` (a fraction) or ``return``, each with ``<name>_se`` (or ``se``). A field that is missing leaves
-its cell empty.
+``crafter_score`` (Crafter's own score, ``benchmarks/demos/judge.py``), ``progression`` (a fraction) or ``return``,
+each with ``<name>_se`` (or ``se``). A field that is missing leaves its cell empty: entries written before
+Crafter's score existed show their progression. A Crafter score whose SE came from stored rates alone (the
+rates-only bootstrap) is marked with :data:`APPROXIMATE`.
 
 Stdlib only: the tests import it without mkdocs.
 """
@@ -54,6 +56,27 @@ OTHER_RECIPES: list[tuple[str, str]] = [
     ("learn_babaisai_gigpo.json", "BabaIsAI goto_win, GiGPO (attempts 8, 12, 14, 15)"),
 ]
 
+#: Published Crafter agents (agent, score, return), 1M environment steps on pixels, Crafter's own episodes of up
+#: to 10,000 steps: the Crafter paper's (Hafner 2021; random, PPO, Rainbow, human experts) and DreamerV3's
+#: (Hafner et al. 2023). Another setting than any table's here (text, BALROG's step caps): shown for scale.
+CRAFTER_PAPER: list[tuple[str, float, float]] = [
+    ("random", 1.6, 2.1),
+    ("PPO", 4.6, 4.2),
+    ("Rainbow", 4.3, 6.0),
+    ("DreamerV3", 14.5, 11.7),
+    ("human experts", 50.5, 14.3),
+]
+#: The mark of a Crafter score SE made from stored rates alone (the runs' per-episode records were not kept).
+APPROXIMATE = "†"
+CRAFTER_NOTES = (
+    "Crafter score: the Crafter paper's exp(mean ln(1 + s_i)) − 1 over the 22 achievements' success rates s_i "
+    "in %, SE a bootstrap over episodes; "
+    f"{APPROXIMATE} SE from the stored achievement rates alone (rates-only bootstrap, ignores correlation between "
+    "achievements; these runs' per-episode records were not kept). Published rows: 1M steps on pixels with "
+    "Crafter's own episodes (up to 10,000 steps), from the Crafter paper and DreamerV3's: a different setting, "
+    "for scale."
+)
+
 MARKER = re.compile(r"^([ \t]*)<!-- results: ([a-z0-9_]+) -->[ \t]*$", re.MULTILINE)
 README_BLOCK = re.compile(r"(<!-- results: ([a-z0-9_]+) -->\n).*?(<!-- /results -->)", re.DOTALL)
 
@@ -79,7 +102,12 @@ def figure(block: Mapping[str, Any] | None) -> str:
     """A before/after block's headline figure: success in %, else progression or return, with its SE."""
     if not block:
         return ""
-    for key, percent in (("success", True), ("progression", True), ("return", False)):
+    for key, percent in (
+        ("success", True),
+        ("crafter_score", False),
+        ("progression", True),
+        ("return", False),
+    ):
         value = _number(block.get(key))
         if value is None:
             continue
@@ -88,13 +116,21 @@ def figure(block: Mapping[str, Any] | None) -> str:
         digits = 1 if percent else 2
         text = f"{value * scale:.{digits}f}"
         if se is not None:
-            text += f" ± {se * scale:.{digits}f}"
+            text += f" ± {se * scale:.{digits}f}" + (_approximate(block) if key == "crafter_score" else "")
         return text + unit
     return ""
 
 
+def _approximate(block: Mapping[str, Any] | None) -> str:
+    """:data:`APPROXIMATE` when the block's Crafter score SE came from its stored rates alone."""
+    return (
+        APPROXIMATE if str((block or {}).get("crafter_score_se_method", "")).startswith("rates-only") else ""
+    )
+
+
 def _metric(block: Mapping[str, Any] | None) -> str:
-    for key, label in (("success", "success"), ("progression", "progression"), ("return", "return")):
+    for key, label in (("success", "success"), ("crafter_score", "Crafter score"), ("progression", "progression"),
+                       ("return", "return")):  # fmt: skip
         if block and _number(block.get(key)) is not None:
             return label
     return ""
@@ -115,13 +151,15 @@ def seeds(data: Mapping[str, Any], *, earlier: bool = False) -> list[dict[str, A
                 return block
             return dict(block, invalid_action_rate=block["invalid_action_rate"] / 100)
 
+        held_out = (data.get("evaluation_verdict") or {}).get("vs_initial", {}).get("z")
         entry = {
             "seed": data.get("config", {}).get("run", {}).get("seed"),
             "passed": data.get("passed"),
             "initial": rate(evaluation.get("initial")),
             "trained": rate(evaluation.get("trained")),
             "random": rate(evaluation.get("random")),
-            "z": data.get("z"),
+            # the held-out gain over the initial model, as every demonstration's; the training windows' without one
+            "z": held_out if held_out is not None else data.get("z"),
             "wall_s": data.get("wall_s"),
             "updates": data.get("updates"),
         }
@@ -153,10 +191,24 @@ def _verdict(passed: Any) -> str:
 
 
 def _z(entry: Mapping[str, Any]) -> str:
-    """The gain over the untrained model in SEs; a Crafter entry's is its progression's (the figure shown)."""
-    crafter = entry.get("gains", {}).get("progression_over_untrained", {})
+    """The gain over the untrained model in SEs; a Crafter entry's is that of the figure shown (its Crafter
+    score, or its progression when judged before the score existed)."""
+    gains = entry.get("gains", {})
+    crafter = gains.get("crafter_score_over_untrained") or gains.get("progression_over_untrained") or {}
     z = _number(entry.get("z", crafter.get("z")))
     return f"{z:+.1f}" if z is not None else ""
+
+
+def _judged_z(entry: Mapping[str, Any], judged: Iterable[str] = ()) -> float | None:
+    """A Crafter entry's smallest gain in SEs over the figures it was judged on (its own ``judged``, else
+    ``judged``, else all of its gains)."""
+    judged = entry.get("judged") or list(judged)
+    zs = [
+        _number(g.get("z"))
+        for name, g in entry.get("gains", {}).items()
+        if not judged or name.split("_over_")[0] in judged
+    ]
+    return min((z for z in zs if z is not None), default=None)
 
 
 # --------------------------------------------------------------------------------------------- markdown
@@ -188,7 +240,14 @@ def headline(demonstrations: Iterable[tuple[str, str]] | None = None) -> str:
             ]
         )
     header = ["demonstration", "measure", "random", "before training", "after training", "seeds passed"]
-    return table(header, rows)
+    text = table(header, rows)
+    if APPROXIMATE in text:  # say what the mark means where it appears
+        text += (
+            f"\n\nCrafter score: the Crafter paper's geometric mean of the 22 achievements' success rates; "
+            f"{APPROXIMATE} its SE from stored rates alone (rates-only bootstrap, ignores correlation between "
+            "achievements)."
+        )
+    return text
 
 
 def demonstrations(files: Iterable[tuple[str, str]]) -> str:
@@ -220,7 +279,8 @@ def _crafter_cell(block: Mapping[str, Any] | None, key: str, scale: float = 1.0,
     value, se = _number((block or {}).get(key)), _number((block or {}).get(f"{key}_se"))
     if value is None:
         return ""
-    return f"{value * scale:.{digits}f}" + (f" ± {se * scale:.{digits}f}" if se is not None else "")
+    text = f"{value * scale:.{digits}f}" + (f" ± {se * scale:.{digits}f}" if se is not None else "")
+    return text + (_approximate(block) if key == "crafter_score" and se is not None else "")
 
 
 def _load(entry: Mapping[str, Any]) -> str:
@@ -229,52 +289,51 @@ def _load(entry: Mapping[str, Any]) -> str:
     return f" (load {load[0]:.1f}–{load[1]:.1f})" if isinstance(load, list) and len(load) == 2 else ""
 
 
+def _crafter_figures(block: Mapping[str, Any] | None) -> list[str]:
+    """A block's return, Crafter score, achievements, progression % and length cells."""
+    return [
+        _crafter_cell(block, "return"),
+        _crafter_cell(block, "crafter_score"),
+        _crafter_cell(block, "achievements"),
+        _crafter_cell(block, "progression", 100, 1),
+        _crafter_cell(block, "length", 1, 0),
+    ]
+
+
+def _paper_rows(width: int) -> list[list[str]]:
+    """The published Crafter agents (:data:`CRAFTER_PAPER`) as rows of ``width`` cells: agent, return, score."""
+    return [
+        [f"*{agent} (published, pixels, 1M steps)*", f"{ret:.1f}", f"{score:.1f}", *[""] * (width - 3)]
+        for agent, score, ret in CRAFTER_PAPER
+    ]
+
+
 def crafter(name: str = "learn_crafter.json") -> str:
     """The Crafter judge's figures: random, the untrained and each seed's trained model on the same held-out
-    episodes (return, achievements, progression, length), the smallest gain in SEs and the training time."""
+    episodes (return, Crafter score, achievements, progression, length), the smallest judged gain in SEs, the
+    training time and the verdict; then the published agents' rows, for scale."""
     data = load(name)
     entries = seeds(data)
     rows = []
     for label, block in (("random", entries[0].get("random")), ("untrained", before_after(entries[0])[0])):
-        rows.append(
-            [
-                label,
-                _crafter_cell(block, "return"),
-                _crafter_cell(block, "achievements"),
-                _crafter_cell(block, "progression", 100, 1),
-                _crafter_cell(block, "length", 1, 0),
-                "",
-                "",
-                "",
-            ]
-        )
+        rows.append([label, *_crafter_figures(block), "", "", ""])
     for e in entries:
-        block, gains = e.get("trained"), e.get("gains", {})
-        z = min(
-            (_number(g.get("z")) for g in gains.values()),
-            default=None,
-            key=lambda v: v if v is not None else 0,
-        )
-        rows.append([f"{e.get('variant', 'trained')}, seed {e.get('seed')}", _crafter_cell(block, "return"),
-                     _crafter_cell(block, "achievements"), _crafter_cell(block, "progression", 100, 1),
-                     _crafter_cell(block, "length", 1, 0), f"{z:+.1f}" if z is not None else "",
-                     _minutes(e.get("train_s")) + _load(e), _verdict(e.get("passed"))])  # fmt: skip
-    header = [
-        "agent",
-        "return",
-        "achievements",
-        "progression %",
-        "length",
-        "min gain (SE)",
-        "training (load)",
-        "",
-    ]
+        z = _judged_z(e, data.get("judged", []))
+        rows.append([f"{e.get('variant', 'trained')}, seed {e.get('seed')}", *_crafter_figures(e.get("trained")),
+                     f"{z:+.1f}" if z is not None else "", _minutes(e.get("train_s")) + _load(e),
+                     _verdict(e.get("passed"))])  # fmt: skip
+    header = ["agent", "return", "Crafter score", "achievements", "progression %", "length", "min gain (SE)",
+              "training (load)", ""]  # fmt: skip
+    rows += _paper_rows(len(header))
+    judged = " and ".join({"crafter_score": "Crafter score"}.get(f, f) for f in data.get("judged", []))
     judge = (
-        f"\n\nEach agent played the same {data['episodes']} held-out episodes (seeds from {data['eval_seed']:,})."
+        f"\n\nEach agent played the same {data['episodes']} held-out episodes (seeds from {data['eval_seed']:,})"
+        + (f"; a seed passes when its {judged} each beat random and the untrained model by "
+           f"{data.get('z_required', 3):g} SE, the min gain is over those." if judged else ".")
         if "episodes" in data and "eval_seed" in data
         else ""
-    )
-    return table(header, rows) + judge
+    )  # fmt: skip
+    return table(header, rows) + judge + "\n\n" + CRAFTER_NOTES
 
 
 def _rate_cell(block: Mapping[str, Any] | None, achievement: str) -> str:
@@ -295,23 +354,42 @@ def crafter_achievements(name: str = "learn_crafter.json") -> str:
     blocks += [(f"seed {e['seed']}", e.get("trained")) for e in entries]
     names = sorted({a for _, b in blocks for a in (b or {}).get("achievement_rates", {})})
     rows = [[a, *(_rate_cell(b, a) for _, b in blocks)] for a in names]
+    rows.append(["**Crafter score**", *(_crafter_cell(b, "crafter_score") for _, b in blocks)])
     return table(["achievement", *(label for label, _ in blocks)], rows)
 
 
+def _zs(row: Mapping[str, Any], gain: str) -> str:
+    """An ablation row's per-seed gains ``z_<gain>`` in SEs (empty where its seeds have none)."""
+    return ", ".join(f"{z:+.1f}" for z in row.get(f"z_{gain}", []) if _number(z) is not None)
+
+
 def ablation(name: str = "learn_crafter_ablation.json") -> str:
-    """One row per ablation variant: trained return and progression over its seeds, the per-seed gain over the
-    untrained model, the updates it took at the shared turn budget."""
+    """One row per ablation variant: trained return, Crafter score, achievements and progression over its seeds,
+    the per-seed gains over the untrained model and random, the updates it took at the shared turn budget; random
+    and the untrained model on the same episodes above them, the published agents below."""
     data = load(name)
+    entries = seeds(data)
+    width = 11
     rows = []
+    if entries:
+        for label, block in (
+            ("random", entries[0].get("random")),
+            ("untrained", before_after(entries[0])[0]),
+        ):
+            rows.append([label, "", *_crafter_figures(block), *[""] * 4])
     for r in data.get("table", []):
         rows.append([f"`{r['variant']}`", ", ".join(str(s) for s in r["seeds"]),
-                     _crafter_cell(r, "return"), _crafter_cell(r, "progression", 100, 1), f"{r['length']:.0f}",
-                     ", ".join(f"{z:+.1f}" for z in r["z_return_over_untrained"]),
-                     ", ".join(f"{z:+.1f}" for z in r.get("z_return_over_random", [])),
+                     _crafter_cell(r, "return"), _crafter_cell(r, "crafter_score"), _crafter_cell(r, "achievements"),
+                     _crafter_cell(r, "progression", 100, 1), f"{r['length']:.0f}",
+                     _zs(r, "return_over_untrained") + " / " + _zs(r, "return_over_random"),
+                     _zs(r, "crafter_score_over_untrained") + " / " + _zs(r, "crafter_score_over_random"),
                      ", ".join(str(u) for u in r["updates"]), ", ".join(_verdict(p) for p in r.get("passed", []))])  # fmt: skip
-    header = ["variant", "seeds", "return", "progression %", "length", "return gain (SE) over untrained",
-              "over random", "updates", "passed"]  # fmt: skip
-    return table(header, rows)
+    header = ["variant", "seeds", "return", "Crafter score", "achievements", "progression %", "length",
+              "return gain (SE) over untrained / random", "score gain (SE) over untrained / random", "updates",
+              "passed"]  # fmt: skip
+    rows += [[agent, "", ret, score, *[""] * (width - 4)] for agent, ret, score, *_ in _paper_rows(width)]
+    note = "\n\nA variant's figures: the mean over its seeds, ± SE over seeds. " + CRAFTER_NOTES
+    return table(header, rows) + note
 
 
 def crafter_reading(name: str = "learn_crafter_ablation.json") -> str:

@@ -2,7 +2,8 @@
 
 ``suites`` (which env ids, which seed for each episode), ``agents`` (random, BabaIsAI oracle, a model
 prompted and decoded by the learner's own pieces), ``runner`` (episodes through vector envs, a resumable
-JSONL log), ``scoring`` (BALROG's means and standard errors), ``output`` (summary.json, results.md,
+JSONL log), ``scoring`` (BALROG's means and standard errors), ``crafter_score`` (Crafter's own score and its
+bootstrap SE), ``output`` (summary.json, results.md,
 scores.png) and ``command`` (``verlog eval``, ``agents/evaluate.py`` and :func:`evaluate`); ``panel``, the
 held-out validation panel the trainer plays on its own sampler (an evaluation it calls: this floor never
 imports the learner).

@@ -1,5 +1,6 @@
 """What an evaluation leaves in its folder besides ``episodes.jsonl``: ``summary.json``, ``results.md`` (a
-markdown table) and ``scores.png`` (BALROG scores with standard-error bars), plus the rich console table."""
+markdown table) and ``scores.png`` (BALROG scores with standard-error bars), plus the rich console table.
+Crafter's tasks also show Crafter's own score (:mod:`verlog.evaluation.crafter_score`) with its bootstrap SE."""
 
 from __future__ import annotations
 
@@ -62,7 +63,7 @@ def now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def _pm(mean: float, se: float, digits: int = 1) -> str:
+def _pm(mean: float | None, se: float, digits: int = 1) -> str:
     if mean is None or not math.isfinite(mean):
         return "-"
     return f"{mean:.{digits}f} ± {se:.{digits}f}"
@@ -74,6 +75,31 @@ def _num(value: float | None, digits: int = 1) -> str:
 
 def _tasks(n: int) -> str:
     return "1 task" if n == 1 else f"all {n} tasks"
+
+
+def _crafter(summary: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """(task, its figures) for every task scored with Crafter's score."""
+    return [(short_name(task), s) for task, s in summary["tasks"].items() if "crafter_score" in s]
+
+
+def _crafter_markdown(summary: dict[str, Any]) -> str:
+    """Crafter's score of each Crafter task, beside its return (empty without a Crafter task)."""
+    rows = _crafter(summary)
+    if not rows:
+        return ""
+    lines = ["| task | episodes | Crafter score ± SE | return ± SE |", "|---|---:|---:|---:|"]
+    for task, s in rows:
+        lines.append(
+            f"| {task} | {s['episodes']} | {_pm(s['crafter_score'], s['crafter_score_se'], 2)} "
+            f"| {_pm(s['mean_return'], s['return_se'], 2)} |"
+        )
+    method = rows[0][1].get("crafter_score_se_method", "bootstrap over episodes")
+    return (
+        "\n\n"
+        + "\n".join(lines)
+        + "\n\nCrafter score = the Crafter paper's exp(mean ln(1 + s_i)) - 1 over the 22 "
+        f"achievements' success rates s_i in % (all 22 count); SE: {method}.\n"
+    )
 
 
 def markdown(summary: dict[str, Any]) -> str:
@@ -107,7 +133,7 @@ def markdown(summary: dict[str, Any]) -> str:
         f"score = BALROG progression x 100 (mean ± population std / sqrt(n)); overall = mean of game scores. "
         f"{summary['date']}, {summary['machine']['cpu']}.\n"
     )
-    return title + "\n".join(rows) + note
+    return title + "\n".join(rows) + note + _crafter_markdown(summary)
 
 
 def can_plot() -> bool:
@@ -190,7 +216,9 @@ def console_table(summary: dict[str, Any]) -> Any:
 
     agent = summary["agent"]
     table = Table(title=f"{agent.get('model', agent['agent'])} on {summary['suite']}")
-    for column in ("task / game", "episodes", "score ± SE", "success %", "length", "invalid %"):
+    crafter = bool(_crafter(summary))  # a column for Crafter's score when a task has it
+    columns = ("task / game", "episodes", "score ± SE", "success %", "length", "invalid %")
+    for column in columns + (("Crafter score",) if crafter else ()):
         table.add_column(column, justify="left" if column == "task / game" else "right")
     if len(summary["tasks"]) <= 12:
         for task, s in summary["tasks"].items():
@@ -201,6 +229,7 @@ def console_table(summary: dict[str, Any]) -> Any:
                 _pm(s["success_rate"], s["success_se"]),
                 _num(s["mean_length"]),
                 _num(s["invalid_action_rate"]),
+                *([_pm(s.get("crafter_score"), s.get("crafter_score_se", math.nan), 2)] if crafter else []),
             )
     for game, s in summary["games"].items():
         table.add_row(
@@ -210,10 +239,14 @@ def console_table(summary: dict[str, Any]) -> Any:
             _pm(s["success_rate"], s["success_se"]),
             _num(s["mean_length"]),
             _num(s["invalid_action_rate"]),
+            *([_pm(s.get("crafter_score"), s.get("crafter_score_se", math.nan), 2)] if crafter else []),
         )
     total = summary["overall"]
     table.add_row(
-        "[bold]overall[/bold]", "", f"[bold]{_pm(total['score'], total['score_se'])}[/bold]", "", "", ""
+        "[bold]overall[/bold]",
+        "",
+        f"[bold]{_pm(total['score'], total['score_se'])}[/bold]",
+        *([""] * (4 if crafter else 3)),
     )
     return table
 

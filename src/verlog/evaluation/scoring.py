@@ -8,7 +8,9 @@ BALROG (``balrog/utils.py::collect_and_summarize_results``):
 * the overall score is the mean of the game scores, its standard error sqrt(sum of the game SEs^2) / games.
 
 Success rate, episode length and return get the same mean and standard error; the invalid-action rate is
-pooled over steps (invalid actions / steps).
+pooled over steps (invalid actions / steps). A group of Crafter episodes (their records list the achievements
+each unlocked) also gets Crafter's own score with its bootstrap SE and the 22 achievements' rates
+(:mod:`verlog.evaluation.crafter_score`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
+
+from verlog.evaluation.crafter_score import crafter_stats
 
 __all__ = ["group_stats", "mean_se", "overall", "summarize"]
 
@@ -32,9 +36,9 @@ def mean_se(values: Sequence[float]) -> tuple[float, float]:
     return mean, std / math.sqrt(n)
 
 
-def group_stats(records: Iterable[Mapping[str, Any]]) -> dict[str, float]:
+def group_stats(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """Score, success rate, length, return and invalid-action rate of a group of episodes (BALROG's units:
-    score and success in percent)."""
+    score and success in percent), and Crafter's score when every episode lists its achievements."""
     rows = list(records)
     score, score_se = mean_se([100.0 * float(r["progression"]) for r in rows])
     success, success_se = mean_se([100.0 * float(bool(r["success"])) for r in rows])
@@ -42,7 +46,7 @@ def group_stats(records: Iterable[Mapping[str, Any]]) -> dict[str, float]:
     ret, ret_se = mean_se([float(r["return"]) for r in rows])
     steps = sum(int(r["length"]) for r in rows)
     invalid = sum(int(r["invalid_actions"]) for r in rows)
-    return {
+    stats: dict[str, Any] = {
         "episodes": len(rows),
         "score": score,
         "score_se": score_se,
@@ -54,6 +58,9 @@ def group_stats(records: Iterable[Mapping[str, Any]]) -> dict[str, float]:
         "return_se": ret_se,
         "invalid_action_rate": 100.0 * invalid / steps if steps else math.nan,
     }
+    if rows and all("achievements" in r for r in rows):  # Crafter's episodes
+        stats.update(crafter_stats([r["achievements"] for r in rows]))
+    return stats
 
 
 def overall(games: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
