@@ -112,24 +112,9 @@ class Rollout:
                 if truncated[n] and not terminated[n]:
                     final_prompts[n] = self.prompts.from_info(infos["final_obs"][n], info)
                     cut_by_limit += 1
-            next_prompts = self.first_prompts(observations, infos)
-            next_actions = self.actions(infos)
             rewards_total += float(rewards.sum())
-            if self.binary_reward:
-                rewards = np.where(rewards > 0, 1.0, rewards)
-            if self.calibration is not None:
-                self.calibration.step(
-                    rewards.tolist(), (np.asarray(terminated) | np.asarray(truncated)).tolist()
-                )
-            storage.insert(
-                next_prompts,
-                samples_out.token_ids,
-                samples_out.logprobs,
-                rewards,
-                terminated,
-                truncated,
-                final_prompts,
-                next_actions,
+            self._store(
+                storage, samples_out, (observations, rewards, terminated, truncated, infos), final_prompts
             )
             clock["time/prompt"] += time.perf_counter() - start
 
@@ -150,6 +135,31 @@ class Rollout:
         # Episodes still running at the batch end: bootstrapped with the critic, continued next update.
         metrics["charts/episodes_running"] = float(np.count_nonzero(self.episode_length))
         return metrics
+
+    def _store(
+        self,
+        storage: TurnStorage,
+        samples_out: Any,
+        step: tuple[Any, ...],
+        final_prompts: dict[int, list[int]],
+    ) -> None:
+        """Insert the turn (``step``: the vector env's five returns) with the next states' prompts and actions;
+        the calibration sees the stored rewards."""
+        observations, rewards, terminated, truncated, infos = step
+        if self.binary_reward:
+            rewards = np.where(rewards > 0, 1.0, rewards)
+        if self.calibration is not None:
+            self.calibration.step(rewards.tolist(), (np.asarray(terminated) | np.asarray(truncated)).tolist())
+        storage.insert(
+            self.first_prompts(observations, infos),
+            samples_out.token_ids,
+            samples_out.logprobs,
+            rewards,
+            terminated,
+            truncated,
+            final_prompts,
+            self.actions(infos),
+        )
 
     def _metrics(self, tally: dict[str, Any], cuts_before: int) -> dict[str, float]:
         """What every rollout reports: time spent, the finished episodes' means (their counts kept for the mean

@@ -77,22 +77,15 @@ class VLLMSampler:
     ) -> None:
         """``weights()`` yields the actor's current weights in Hugging Face naming (None: evaluation, the engine
         keeps the checkpoint's); every process calls it in :meth:`update_weights` at the same time (under ZeRO-3
-        its gathers are collective). ``constraint``: answers restricted to each prompt's valid actions, through
-        vLLM's own structured outputs (the same xgrammar grammar the other samplers use)."""
-        if constraint is not None and constraint.word_level:
-            raise ConstraintError(
-                "vLLM reads a word-level vocabulary's tokens without the spaces decode puts between them, so it "
-                "cannot constrain this model's answers (fix: sampling.backend=transformers)"
-            )
+        its gathers are collective). ``constraint``: answers restricted to valid actions by vLLM's own grammar."""
+        refuse_word_level(constraint)
         try:
             from vllm import LLM
         except ImportError as error:
             raise SamplerError(f"vLLM is not installed ({error}); {INSTALL_HINT}") from error
 
         _distributed_env()
-        self.tokenizer = tokenizer
-        self.constraint = constraint
-        self.weights = weights
+        self.tokenizer, self.constraint, self.weights = tokenizer, constraint, weights
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
         self.top_p = top_p
@@ -263,6 +256,16 @@ class VLLMSampler:
         for module in runner.get_model().modules():
             if isinstance(module, ParallelLMHead) and hasattr(module, "quant_method"):
                 module.quant_method.process_weights_after_loading(module)
+
+
+def refuse_word_level(constraint: ActionConstraint | None) -> None:
+    """vLLM reads a word-level vocabulary's tokens without the spaces decode puts between them: its grammar
+    would not match the answers, so such a constraint is refused in one line."""
+    if constraint is not None and constraint.word_level:
+        raise ConstraintError(
+            "vLLM reads a word-level vocabulary's tokens without the spaces decode puts between them, so it "
+            "cannot constrain this model's answers (fix: sampling.backend=transformers)"
+        )
 
 
 def own_cores(local_rank: int, local_world_size: int) -> list[int]:
