@@ -16,10 +16,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from verlog.config import Config, PromptConfig, SamplingConfig
-from verlog.evaluation.suites import game_of
 from verlog.runkit.folder import (
     CHECKPOINTS,
-    CONFIG_FILE,
     best_checkpoint,
     checkpoint_dir,
     is_checkpoint_name,
@@ -37,8 +35,6 @@ __all__ = [
     "OracleAgent",
     "RandomAgent",
     "Turn",
-    "is_run",
-    "make_agent",
     "resolve_model",
     "run_checkpoint",
 ]
@@ -428,49 +424,3 @@ class ApiAgent:
 
     def finish(self, key: str) -> None:
         del key
-
-
-def make_agent(
-    spec: str,
-    tasks: Sequence[str],
-    config: str | Path | None,
-    overrides: Sequence[str],
-    sample: bool,
-    device: str,
-    seed: int,
-    api: Any = None,
-) -> tuple[Agent, Any, Path | None]:
-    """The agent, the learner's configuration its prompts and memory come from, and the run folder that
-    configuration is from (None: a baseline, a model not trained here, or ``--config``)."""
-    from verlog.config import ConfigError, load_config
-
-    source, run = None, None
-    if spec not in BASELINES and api is None:
-        source = resolve_model(spec)
-        if config is None and source.run_dir is not None and (source.run_dir / CONFIG_FILE).is_file():
-            config, run = source.run_dir / CONFIG_FILE, source.run_dir
-    try:
-        learner = load_config(config, overrides)
-    except (ConfigError, OSError) as error:
-        raise EvalError(f"config: {error}") from error
-    if spec == "random":
-        return RandomAgent(), learner, None
-    if spec == "oracle":
-        others = sorted({game_of(t) for t in tasks} - {"babaisai"})
-        if others:
-            raise EvalError(f"the oracle is BabaIsAI's solver; the suite also holds {', '.join(others)}")
-        return OracleAgent(), learner, None
-    settings = ModelSettings.of(learner, greedy=not sample, device=device, seed=seed)
-    if api is not None:
-        return ApiAgent(api, settings), learner, None
-    assert source is not None
-    return ModelAgent(source, settings), learner, run
-
-
-def is_run(agent: str) -> bool:
-    """Whether ``agent`` is a run folder or one of its checkpoints (with the config.toml it trained with)."""
-    try:
-        source = resolve_model(agent)
-    except EvalError:
-        return False  # evaluate() says what is wrong with it
-    return source.run_dir is not None and (source.run_dir / CONFIG_FILE).is_file()

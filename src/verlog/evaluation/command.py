@@ -39,8 +39,6 @@ from verlog.evaluation.agents import (
     EvalError,
     ModelAgent,
     OracleAgent,
-    is_run,
-    make_agent,
     run_checkpoint,
 )
 from verlog.evaluation.progress import EvalProgress
@@ -51,7 +49,9 @@ from verlog.evaluation.settings import (
     as_trained_line,
     check_resume,
     default_out,
+    is_run,
     kwargs_notes,
+    make_agent,
     say,
     trained_kwargs,
 )

@@ -1,6 +1,7 @@
-"""What an evaluation plays with, and where it keeps it: a run's env kwargs as it trained, the one line that says
-so, the notes on what differs from training, and the output folder, named after the settings and checked
-against them on resume, so two evaluations never share one."""
+"""What an evaluation plays with, and where it keeps it: the agent and the configuration its prompts come from
+(a run's own ``config.toml``), a run's env kwargs as it trained, the one line that says so, the notes on what
+differs from training, and the output folder, named after the settings and checked against them on resume, so
+two evaluations never share one."""
 
 from __future__ import annotations
 
@@ -11,17 +12,29 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from verlog.evaluation.agents import BASELINES, EvalError
+from verlog.evaluation.agents import (
+    BASELINES,
+    Agent,
+    ApiAgent,
+    EvalError,
+    ModelAgent,
+    ModelSettings,
+    OracleAgent,
+    RandomAgent,
+    resolve_model,
+)
 from verlog.evaluation.runner import EnvSettings, EpisodeLog
-from verlog.evaluation.suites import short_name
-from verlog.runkit.folder import CHECKPOINTS
+from verlog.evaluation.suites import game_of, short_name
+from verlog.runkit.folder import CHECKPOINTS, CONFIG_FILE
 
 __all__ = [
     "SETTINGS_FILE",
     "as_trained_line",
     "check_resume",
     "default_out",
+    "is_run",
     "kwargs_notes",
+    "make_agent",
     "say",
     "trained_kwargs",
 ]
@@ -127,3 +140,49 @@ def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             out[prefix + key] = value
     return out
+
+
+def make_agent(
+    spec: str,
+    tasks: Sequence[str],
+    config: str | Path | None,
+    overrides: Sequence[str],
+    sample: bool,
+    device: str,
+    seed: int,
+    api: Any = None,
+) -> tuple[Agent, Any, Path | None]:
+    """The agent, the learner's configuration its prompts and memory come from, and the run folder that
+    configuration is from (None: a baseline, a model not trained here, or ``--config``)."""
+    from verlog.config import ConfigError, load_config
+
+    source, run = None, None
+    if spec not in BASELINES and api is None:
+        source = resolve_model(spec)
+        if config is None and source.run_dir is not None and (source.run_dir / CONFIG_FILE).is_file():
+            config, run = source.run_dir / CONFIG_FILE, source.run_dir
+    try:
+        learner = load_config(config, overrides)
+    except (ConfigError, OSError) as error:
+        raise EvalError(f"config: {error}") from error
+    if spec == "random":
+        return RandomAgent(), learner, None
+    if spec == "oracle":
+        others = sorted({game_of(t) for t in tasks} - {"babaisai"})
+        if others:
+            raise EvalError(f"the oracle is BabaIsAI's solver; the suite also holds {', '.join(others)}")
+        return OracleAgent(), learner, None
+    settings = ModelSettings.of(learner, greedy=not sample, device=device, seed=seed)
+    if api is not None:
+        return ApiAgent(api, settings), learner, None
+    assert source is not None
+    return ModelAgent(source, settings), learner, run
+
+
+def is_run(agent: str) -> bool:
+    """Whether ``agent`` is a run folder or one of its checkpoints (with the config.toml it trained with)."""
+    try:
+        source = resolve_model(agent)
+    except EvalError:
+        return False  # evaluate() says what is wrong with it
+    return source.run_dir is not None and (source.run_dir / CONFIG_FILE).is_file()
