@@ -5,7 +5,8 @@
     accelerate launch agents/ppo.py --config envs/babyai.toml --resume runs/babyai-0001
     python agents/ppo.py --help-config          # every key, its default and what it does
 
-Overrides are ``section.key=value`` with TOML values (``ppo.actor_lr=2e-6``, ``run.trackers=["tensorboard"]``).
+Overrides are ``section.key=value`` with TOML values (``ppo.actor_lr=2e-6``, ``run.trackers=["tensorboard"]``),
+a bare word being a string (``algo.advantage=grpo``).
 ``--resume RUN`` reloads ``RUN/config.toml`` (plus any overrides) and continues from the newest checkpoint.
 """
 

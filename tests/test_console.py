@@ -34,9 +34,10 @@ METRICS = {
 }
 
 
-def _logger(tmp_path: Path, width: int, total: int = 3) -> tuple[RunLogger, Console]:
+def _logger(tmp_path: Path, width: int, total: int = 3, env_id: str = "") -> tuple[RunLogger, Console]:
     console = Console(record=True, width=width, force_terminal=False)
-    return RunLogger(tmp_path, Accelerator(cpu=True), total=total, console=console), console
+    logger = RunLogger(tmp_path, Accelerator(cpu=True), total=total, console=console, env_id=env_id)
+    return logger, console
 
 
 @pytest.mark.parametrize("width", [80, 120])
@@ -87,7 +88,7 @@ def test_the_run_ends_on_a_summary_panel(tmp_path: Path, monkeypatch: pytest.Mon
     run = Path("runs/tiny-0001")
     (run / "checkpoints" / "000003").mkdir(parents=True)
     logger, console = _logger(run, 80)
-    logger.log(METRICS, step=96)
+    logger.log({**METRICS, "charts/episodes": 32.0}, step=96)
     logger.summary(updates=3, turns=96, env_id="verlog/BabyAI-GoTo-v0")
     logger.close()
     text = console.export_text()
@@ -97,7 +98,10 @@ def test_the_run_ends_on_a_summary_panel(tmp_path: Path, monkeypatch: pytest.Mon
     assert "success 0.50, return 0.250" in text
     assert "checkpoint  checkpoints/000003" in text
     assert "  verlog report runs/tiny-0001\n" in text
-    assert "  verlog eval runs/tiny-0001 --suite verlog/BabyAI-GoTo-v0 --episodes 10\n" in text
+    # the evaluation that plays as the run trained (verlog eval's default for a run), on as many episodes as
+    # the last update finished, so it measures what the panel's last figure did
+    assert "  verlog eval runs/tiny-0001 --suite verlog/BabyAI-GoTo-v0 --episodes 32\n" in text
+    assert "(plays as the run trained: its success should come near 0.50)" in text
     assert "PPO ━" not in text.splitlines()[-1]  # not the progress bar
 
 
@@ -143,7 +147,7 @@ def test_the_closing_panel_shows_the_first_to_last_trend_and_the_presets_note(
     assert "first→last  success 0.33 → 0.85, invalid 0.70 → 0.20, entropy 6.2 → 6.2" in text
     assert text.rstrip().endswith("note: a tiny preset's word")
     (tmp_path / "runs" / "crafter-0001").mkdir(parents=True)
-    crafter, console = _logger(Path("runs/crafter-0001"), 80, total=8)
+    crafter, console = _logger(Path("runs/crafter-0001"), 80, total=8, env_id="verlog/Crafter-v0")
     for update in range(8):  # Crafter: no episode succeeds, achievements move progression, and the long
         ended = update in (2, 4, 7)  # episodes end in a few updates only
         row = {
@@ -157,6 +161,7 @@ def test_the_closing_panel_shows_the_first_to_last_trend_and_the_presets_note(
     text = console.export_text()
     assert "ended       progression 0.18, return 0.250 (last update)" in text
     assert "first→last  progression 0.08 → 0.18, invalid" in text  # update 3's episodes, then update 8's
+    assert "success" not in text  # a game without one: not in the table's header either
     short, console = _logger(Path("runs/tiny-0002"), 80)
     for update in range(3):
         short.log({**METRICS, "update": float(update + 1)}, step=update)
@@ -213,3 +218,12 @@ def test_the_setup_line_says_processes_device_engine_and_precision_in_plain_word
     assert Distributed(accelerator, accelerator, None, False, 0).describe() == "1 process on cpu, fp32"
     zero3 = Distributed(accelerator, accelerator, None, True, 3)
     assert zero3.describe() == "1 process on cpu, DeepSpeed ZeRO-3, fp32"
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_a_game_without_success_never_shows_a_success_column(tmp_path: Path, width: int) -> None:
+    logger, console = _logger(tmp_path, width, env_id="verlog/Crafter-v0")
+    logger.log({**METRICS, "env/success": 0.0, "env/progression": 0.14}, step=1)
+    logger.close()
+    header, row = (_cells(line) for line in console.export_text().splitlines() if line.strip())
+    assert "success" not in header and row[header.index("progr")] == "0.14"

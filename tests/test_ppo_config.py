@@ -89,12 +89,21 @@ def test_derived_sizes_are_checked() -> None:
         validate(half)
 
 
-def test_every_field_is_documented() -> None:
+def test_every_field_is_documented_within_80_columns() -> None:
     text = describe()
-    lines = [line for line in text.splitlines() if line.startswith("  ")]
-    assert len(lines) > 50
-    assert all(line.split("# ", 1)[1].strip() for line in lines), "a field has no docstring"
-    assert "ppo.first_value_weight = 3.0" in text
+    lines = text.splitlines()
+    assert max(map(len, lines)) <= 80
+    docs: dict[str, str] = {}
+    key = ""
+    for line in lines:  # a key's doc follows it on its line, or on the indented lines below it
+        if line.startswith("      # "):
+            docs[key] += line.removeprefix("      # ")
+        elif line.startswith("  "):
+            key, _, doc = line.strip().partition("  # ")
+            docs[key] = doc
+    assert len(docs) > 50
+    assert all(docs.values()), "a field has no docstring"
+    assert "ppo.first_value_weight = 3.0" in docs
 
 
 VERLOG_PRESETS = ("babyai.toml", "babaisai.toml", "crafter.toml")
@@ -130,3 +139,18 @@ def test_the_actor_rate_schedule_is_checked_and_counted_in_updates() -> None:
         ("ppo.actor_lr_gamma=0", "ppo.actor_lr_gamma must be in (0, 1]"),
     ):
         assert any(said in problem for problem in problems(load_config(None, [bad]))), bad
+
+
+def test_a_missing_preset_names_the_close_ones_and_every_preset(capsys: pytest.CaptureFixture[str]) -> None:
+    script = _ppo_script()
+    assert script.main(["--config", str(ROOT / "envs" / "quik.toml")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and f"did you mean '{ROOT / 'envs' / 'quick.toml'}'?" in err
+    presets = sorted(p.stem for p in (ROOT / "envs").glob("*.toml"))
+    assert "; the presets in " in err and err.rstrip().endswith(f"envs/: {', '.join(presets)}")
+
+
+def test_a_bare_word_override_is_a_string() -> None:
+    """README writes algo.advantage=grpo: no shell quoting of TOML quotes."""
+    config = load_config(None, ["algo.advantage=grpo", "algo.norm=mean", 'run.name="quoted"'])
+    assert (config.algo.advantage, config.algo.norm, config.run.name) == ("grpo", "mean", "quoted")

@@ -26,6 +26,7 @@ from verlog.runkit.checkpoint import save_checkpoint
 from verlog.runkit.distributed import merge_process_metrics
 from verlog.runkit.folder import latest_checkpoint
 from verlog.runkit.logger import reproducible
+from verlog.runkit.validate import problems
 from verlog.sampling import TransformersSampler
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -112,7 +113,7 @@ def test_two_updates_through_the_script(tmp_path: Path) -> None:
     assert "setup: 1 process on cpu, fp32, transformers sampler" in done.stdout
     # A quiet console: the libraries' notices and progress bars are in the run's log file, not on screen.
     shown = done.stdout + done.stderr
-    assert "critic head initialised fresh" in shown
+    assert "critic: new value head (score.bias, score.weight not in tiny-model)" in shown
     assert "PPO run finished" in done.stdout and f"verlog report {run_dir}" in done.stdout
     # The preset's closing note: a newcomer's first run says what it showed and where to watch one learn.
     assert done.stdout.rstrip().endswith(
@@ -167,7 +168,9 @@ def test_resume_continues_exactly(tmp_path: Path, model_path: Path) -> None:
     )  # kept aside
 
 
-def test_a_crash_mid_checkpoint_leaves_the_previous_one(tmp_path: Path, model_path: Path) -> None:
+def test_a_crash_mid_checkpoint_leaves_the_previous_one(
+    tmp_path: Path, model_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     trainer = Trainer(_config(tmp_path, model_path, "run.total_updates=1"))
     trainer.train()
     run_dir = trainer.run_dir
@@ -175,11 +178,21 @@ def test_a_crash_mid_checkpoint_leaves_the_previous_one(tmp_path: Path, model_pa
         save_checkpoint(run_dir, 2, accelerator=trainer.accelerator, trainer_state={}, envs=[lambda: None])
     assert (run_dir / "checkpoints" / ".tmp-000002" / "state").is_dir()  # the half-written one
     assert latest_checkpoint(run_dir).name == "000001"
+    capsys.readouterr()
     resumed = Trainer(load_config(run_dir / "config.toml", ["run.total_updates=2"]), resume=run_dir)
     assert resumed.update == 1
+    # said after the model's "critic: new value head" line, which a resumed run would otherwise end on
+    said = "resumed at update 1 from checkpoints/000001: actor, critic and optimisers as saved"
+    assert said in capsys.readouterr().out
     resumed.train()
     names = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
     assert names == ["000001", "000002"]
+    # resumed once more, the finished run would stop at once: the config check says how to extend it
+    (finished,) = problems(load_config(run_dir / "config.toml"), run_dir)
+    assert finished.startswith(
+        f"--resume {run_dir}: the run is finished (2 of run.total_updates = 2 updates)"
+    )
+    assert finished.endswith(f"--resume {run_dir} run.total_updates=4")
 
 
 def test_a_turn_budget_stops_the_run_and_memory_is_logged(tmp_path: Path, model_path: Path) -> None:

@@ -95,6 +95,50 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 # ---------------------------------------------------------------------------------------------- verlog list
+@dataclass(frozen=True)
+class Game:
+    """A game's group in ``verlog list``: its ids' prefix, what installs it, and the word for its variants."""
+
+    name: str
+    prefix: str
+    needs: str = ""  # beyond `pip install -e .`, in words
+    install: tuple[str, ...] = ()  # the commands that bring what it needs beyond `pip install -e .`
+    modules: tuple[str, ...] = ()  # what must import for it to run
+    variant: str = "name"  # the placeholder of a collapsed row: verlog/BabaIsAI-<family>-v0
+
+
+_NLE = "pip install --no-deps nle==1.3.0"
+#: The games, in the order ``verlog list`` shows them.
+GAMES = (
+    Game("BabyAI", "verlog/BabyAI-"),
+    Game("Crafter", "verlog/Crafter-"),
+    Game("BabaIsAI", "verlog/BabaIsAI-", variant="family"),
+    Game(
+        "MiniHack",
+        "verlog/MiniHack-",
+        "the minihack extra, nle and minihack",
+        ('pip install -e ".[minihack]"', f"{_NLE} minihack==1.0.2"),
+        ("nle", "minihack"),
+    ),
+    Game(
+        "NetHack",
+        "verlog/NetHack-",
+        "the nethack extra and nle",
+        ('pip install -e ".[nethack]"', _NLE),
+        ("nle",),
+    ),
+    Game(
+        "TextWorld",
+        "verlog/TextWorld-",
+        "the textworld extra",
+        ('pip install -e ".[textworld]"',),
+        ("textworld",),
+    ),
+)
+#: Ids of a game sharing one description, more than this many, show as one row (BabaIsAI's 40 families).
+COLLAPSE = 6
+
+
 def _verlog_ids() -> list[str]:
     import gymnasium as gym
 
@@ -103,15 +147,82 @@ def _verlog_ids() -> list[str]:
     return sorted(env_id for env_id in gym.registry if env_id.startswith("verlog/"))
 
 
-@subcommand("list", "List every registered verlog env id with its description.")
+def _list_arguments(parser: argparse.ArgumentParser) -> None:
+    names = ", ".join(game.name.lower() for game in GAMES)
+    parser.add_argument(
+        "game", nargs="?", default="", metavar="GAME", help=f"every id of one game ({names}) or all"
+    )
+
+
+@subcommand("list", "List the verlog env ids, grouped by game, with what each game needs.", _list_arguments)
 def list_command(args: argparse.Namespace) -> int:
     import gymnasium as gym
 
-    del args
-    rows = [(env_id, getattr(gym.registry[env_id], "description", "")) for env_id in _verlog_ids()]
-    for line in _id_table(rows, shutil.get_terminal_size().columns):  # $COLUMNS, the terminal's, else 80
-        print(line)
+    from verlog.hints import did_you_mean
+
+    width = shutil.get_terminal_size().columns  # $COLUMNS, the terminal's, else 80
+    groups = _groups(_verlog_ids())
+    wanted = args.game.lower()
+    if wanted and wanted != "all" and wanted not in {game.name.lower() for game in groups}:
+        names = [game.name.lower() for game in groups]
+        hint = f" ({close})" if (close := did_you_mean(wanted, names)) else ""
+        print(f"verlog list: no game {args.game!r}{hint}; games: {', '.join(names)}, or all", file=sys.stderr)
+        return 2
+    for game, ids in groups.items():
+        if wanted and wanted not in ("all", game.name.lower()):
+            continue
+        rows = [(env_id, getattr(gym.registry[env_id], "description", "")) for env_id in ids]
+        for line in _group_lines(game, len(ids), rows if wanted else _collapsed(game, rows), width):
+            print(line)
     return 0
+
+
+def _groups(ids: list[str]) -> dict[Game, list[str]]:
+    """The ids by game, in :data:`GAMES` order (the plain id first, then the others sorted); ids of no known
+    game last, under "Other"."""
+    groups: dict[Game, list[str]] = {}
+    for env_id in ids:
+        game = next((g for g in GAMES if env_id.startswith(g.prefix)), None) or Game("Other", "verlog/")
+        groups.setdefault(game, []).append(env_id)
+    order = {game: i for i, game in enumerate(GAMES)}
+    return {game: groups[game] for game in sorted(groups, key=lambda g: order.get(g, len(GAMES)))}
+
+
+def _collapsed(game: Game, rows: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """``rows`` with the ids that share one description, more than :data:`COLLAPSE` of them, as one row:
+    ``verlog/BabaIsAI-<family>-v0   40 of them: BabaIsAI level family (BALROG); verlog list babaisai``."""
+    shared: dict[str, list[str]] = {}
+    for env_id, description in rows:
+        shared.setdefault(description, []).append(env_id)
+    out, done = [], set()
+    for env_id, description in rows:
+        ids = shared[description]
+        if len(ids) <= COLLAPSE:
+            out.append((env_id, description))
+        elif description not in done:
+            done.add(description)
+            pattern = f"{game.prefix}<{game.variant}>-v0"
+            out.append((pattern, f"{len(ids)} of them: {description}; verlog list {game.name.lower()}"))
+    return out
+
+
+def _group_lines(game: Game, total: int, rows: list[tuple[str, str]], width: int) -> list[str]:
+    """A game's header (its number of ids and what it needs), its install commands when it is not installed,
+    then its rows, indented."""
+    from verlog.extras import missing
+
+    absent = bool(game.install) and bool(missing(*game.modules))
+    needs = (
+        f"needs {game.needs}" + (", not installed; to install:" if absent else " (installed)")
+        if game.needs
+        else "in the core install"
+    )
+    lines = [f"{game.name}: {total} id{'s' if total != 1 else ''}, {needs}"]
+    if absent:
+        lines.extend(f"    {command}" for command in game.install)
+    # rows indented under their game; an id too long for that (BabaIsAI's longest family) from column 0
+    lines.extend(line if len(line) + 2 > width else "  " + line for line in _id_table(rows, width - 2))
+    return lines
 
 
 def _id_table(rows: list[tuple[str, str]], width: int) -> list[str]:
@@ -138,7 +249,10 @@ def _id_table(rows: list[tuple[str, str]], width: int) -> list[str]:
 def _play_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("env_id", metavar="ID", help="a registered env id, e.g. verlog/BabyAI-GoTo-v0")
     parser.add_argument(
-        "--seed", type=int, default=None, help="seed of the first episode (later ones follow)"
+        "--seed",
+        type=int,
+        default=None,
+        help="seed of the first episode; episode k gets SEED+k-1 (default: a random seed, shown)",
     )
     parser.add_argument(
         "--memory",
@@ -199,10 +313,29 @@ def _frame(env: Any, shown: str) -> str | None:
     return frame
 
 
-def _listed(actions: list[str]) -> str:
+def _listed(actions: list[str], width: int = 80, lead: int = 0) -> str:
+    """``Valid actions: 1 left  2 right ...`` as markup, broken between actions (never inside one) so every
+    line fits ``width`` columns; ``lead``: the columns already used on the first line."""
     from rich.markup import escape
 
-    return "Valid actions: " + "  ".join(f"[bold]{i}[/] {escape(a)}" for i, a in enumerate(actions, 1))
+    lines: list[list[str]] = [[]]
+    used = lead + len("Valid actions:")  # columns of the line being filled
+    for number, action in enumerate(actions, 1):
+        size = len(f"{number} {action}")
+        gap = 1 if len(lines) == 1 and not lines[0] else 2  # after the colon, else between or indenting
+        if lines[-1] and used + gap + size > width:
+            lines.append([])
+            used, gap = 0, 2
+        lines[-1].append(f"[bold]{number}[/] {escape(action)}")
+        used += gap + size
+    first, *rest = ("  ".join(items) for items in lines)
+    return "\n".join(["Valid actions: " + first, *("  " + line for line in rest)])
+
+
+def _read_as(typed: str, executed: str) -> bool:
+    """Whether the game read what was typed as another action's name ("chop tree" as "Do"): worth saying."""
+    text = typed.strip()
+    return not text.isdigit() and text.lower() != executed.lower()
 
 
 #: What ends ``verlog play`` at the action prompt (as Ctrl-D does), whatever the game: a player types them first.
@@ -223,6 +356,7 @@ def _ask(console: Any, env: Any, actions: list[str], raw: bool) -> str:
     with ``raw``. Unless ``raw``, a line that names no action (empty, a number out of range, a typo, a stray
     escape sequence) is answered with the valid actions and asked again, so it never spends a step."""
     from rich.markup import escape
+    from rich.text import Text
 
     parse = getattr(env.unwrapped, "parse", None)
     while True:
@@ -246,18 +380,24 @@ def _ask(console: Any, env: Any, actions: list[str], raw: bool) -> str:
             return text
         else:
             problem = f"'{escape(text)}' is not an action of this game"
-        console.print(f"[yellow]{problem}[/]" + (f"; {_listed(actions)}" if actions else ""))
+        listed = f"; {_listed(actions, console.width, len(Text.from_markup(problem)) + 2)}" if actions else ""
+        console.print(f"[yellow]{problem}[/]" + listed)
 
 
 def _play(env: Any, console: Any, seed: int | None, raw: bool = False) -> None:
+    """Episodes until the player stops; episode k is reset with ``seed + k - 1`` (a random first seed when
+    None), shown in its title so any episode can be played again with ``--seed``."""
+    import random
+
     from rich.markup import escape
     from rich.panel import Panel
 
+    first = random.randrange(2**31) if seed is None else seed
     episode = 0
     while True:
         episode += 1
-        obs, info = env.reset(seed=seed if episode == 1 else None)
-        console.rule(f"[bold]Episode {episode}[/]")
+        obs, info = env.reset(seed=first + episode - 1)
+        console.rule(f"[bold]Episode {episode}[/] (seed {first + episode - 1})")
         console.print(
             Panel(escape(str(info.get("instruction", ""))), title="Instruction", border_style="blue")
         )
@@ -269,7 +409,7 @@ def _play(env: Any, console: Any, seed: int | None, raw: bool = False) -> None:
             console.print(Panel(escape(obs), title=f"Observation (step {steps})", border_style="cyan"))
             actions = list(info.get("valid_actions", []))
             if actions:
-                console.print(_listed(actions))
+                console.print(_listed(actions, console.width))
             typed = _ask(console, env, actions, raw)
             action = (
                 actions[int(typed) - 1]
@@ -279,7 +419,11 @@ def _play(env: Any, console: Any, seed: int | None, raw: bool = False) -> None:
             obs, reward, terminated, truncated, info = env.step(action)
             total += float(reward)
             steps += 1
-            line = f"reward [bold]{reward:+.3f}[/]   return {total:+.3f}   progression {info.get('progression', 0.0):.2f}"
+            executed = str(info.get("executed_action", ""))
+            if info.get("action_valid", True) and executed and _read_as(typed, executed):
+                console.print(f"[dim]'{escape(typed.strip())}' read as '{escape(executed)}'[/]")
+            progression = info.get("progression", 0.0)
+            line = f"reward [bold]{reward:+.3f}[/]   return {total:+.3f}   progression {progression:.2f}"
             if not info.get("action_valid", True):
                 line += (
                     f"   [yellow]'{escape(typed)}' is not a valid action: "

@@ -401,7 +401,28 @@ class Config:
 
 def load_config(path: str | Path | None = None, overrides: typing.Sequence[str] = ()) -> Config:
     """Read a TOML file (or start from the defaults) and apply ``section.key=value`` overrides."""
+    if path is not None and not Path(path).is_file():
+        raise ConfigError(_no_preset(Path(path)))
     return tomlconfig.load(Config, path, overrides)
+
+
+def _no_preset(path: Path) -> str:
+    """A missing preset: the closest files by name, in its folder or in ``envs/``, and every preset there."""
+    from verlog.hints import did_you_mean
+
+    envs = Path("envs")
+    if not envs.is_dir():  # run from elsewhere: the presets of the checkout verlog is installed from, if any
+        envs = Path(__file__).resolve().parents[2] / "envs"
+    shown: dict[str, str] = {}  # a file's name -> the path to suggest (its own folder's first)
+    for folder in (path.parent, envs):
+        for file in sorted(folder.glob("*.toml")) if folder.is_dir() else ():
+            shown.setdefault(file.name, str(file))
+    close = did_you_mean(path.name, shown)
+    for name, where in shown.items():
+        close = close.replace(repr(name), repr(where))
+    line = f"no such file: {path}" + (f" ({close})" if close else "")
+    presets = sorted(p.stem for p in envs.glob("*.toml"))
+    return line + (f"; the presets in {envs}/: {', '.join(presets)}" if presets else "")
 
 
 def describe() -> str:

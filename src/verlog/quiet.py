@@ -4,7 +4,7 @@ Loading and saving models makes transformers, accelerate, DeepSpeed and vLLM pri
 reports, shared-tensor notes, accelerator detection, an engine's whole configuration, thread-binding warnings,
 tqdm bars) between verlog's own lines. None of it is wrong, and all of it is worth keeping, but not on the
 console: :func:`quiet_console` sends those loggers, Python warnings from outside verlog and the libraries'
-progress bars into a log file, and verlog's own ``verlog`` logger (e.g. "critic head initialised fresh") prints
+progress bars into a log file, and verlog's own ``verlog`` logger (e.g. "critic: new value head") prints
 one line to the console. The libraries' *errors* still reach the console too. Records that come before the
 folder exists are kept in memory and written once :func:`attach_run_log` names it. What native code writes
 straight to the process's stderr (torch's C++ warnings, an engine's load bars) cannot be caught as a record:

@@ -12,6 +12,7 @@ import ast
 import dataclasses
 import inspect
 import sys
+import textwrap
 import typing
 from functools import cache
 from pathlib import Path
@@ -47,17 +48,26 @@ def load(root: type[T], path: str | Path | None = None, overrides: typing.Sequen
     return _build(root, root, data, prefix="")
 
 
-def describe(root: type) -> str:
-    """Every key with its type, default and docstring."""
+def describe(root: type, width: int = 80) -> str:
+    """Every key with its default and docstring, within ``width`` columns: ``key = value  # doc`` where that
+    fits, else the docstring below its key, wrapped."""
     lines = []
     for section in dataclasses.fields(root):
         cls = _hints(root)[section.name]
-        lines.append(f"[{section.name}]  {_docs(root).get(section.name, '')}")
+        lines.extend(textwrap.wrap(f"[{section.name}]  {_docs(root).get(section.name, '')}", width))
         default = cls()
         for f in dataclasses.fields(cls):
-            doc = _docs(cls).get(f.name, "")
-            value = toml_value(getattr(default, f.name))
-            lines.append(f"  {section.name}.{f.name} = {value}  # {doc}")
+            doc = " ".join(_docs(cls).get(f.name, "").split())
+            key = f"  {section.name}.{f.name} = {toml_value(getattr(default, f.name))}"
+            if len(key) + 4 + len(doc) <= width:
+                lines.append(f"{key}  # {doc}")
+            else:
+                lines.append(key)
+                indent = "      # "
+                wrapped = textwrap.wrap(
+                    doc, width, initial_indent=indent, subsequent_indent=indent, break_on_hyphens=False
+                )
+                lines.extend(wrapped)
     return "\n".join(lines)
 
 

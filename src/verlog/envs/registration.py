@@ -6,7 +6,14 @@ from typing import Any
 
 from gymnasium.envs.registration import register, registry
 
-__all__ = ["BABYAI_TASKS", "MINIHACK_TASKS", "TEXTWORLD_TASKS", "prompt_examples", "register_envs"]
+__all__ = [
+    "BABYAI_TASKS",
+    "MINIHACK_TASKS",
+    "TEXTWORLD_TASKS",
+    "has_success",
+    "prompt_examples",
+    "register_envs",
+]
 
 #: BabyAI task kinds, as BALROG names them, and the id suffix each is registered under.
 BABYAI_TASKS = {
@@ -34,6 +41,16 @@ TEXTWORLD_TASKS = {
     "treasure_hunter": "TreasureHunter",
     "cooking": "Cooking",
 }
+
+
+#: Games no episode "succeeds" in: Crafter's 22 achievements and NetHack's depth and experience make a
+#: progression and nothing more, so a console shows progression where another game shows its success rate.
+NO_SUCCESS = ("verlog/Crafter-", "verlog/NetHack-")
+
+
+def has_success(env_id: str) -> bool:
+    """Whether an episode of ``env_id`` can end in a success (not Crafter, not NetHack)."""
+    return not env_id.startswith(NO_SUCCESS)
 
 
 def _register(env_id: str, entry_point: str, description: str, **kwargs: Any) -> None:

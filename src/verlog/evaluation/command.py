@@ -2,28 +2,31 @@
 
     verlog eval random --suite babyai --episodes 10
     verlog eval oracle --suite babaisai
-    verlog eval runs/learn-0001 --suite verlog/BabyAI-GoTo-v0 --episodes 50
+    verlog eval runs/learn-0001 --suite verlog/BabyAI-GoTo-v0 --episodes 50    # as the run trained
+    verlog eval runs/learn-0001 --suite verlog/BabyAI-GoTo-v0 --greedy --env-defaults
     verlog eval Qwen/Qwen2.5-3B-Instruct --suite babyai --config envs/babyai.toml --sample
     verlog eval runs/models/smollm2-135m-instruct --backend vllm
     verlog eval MODEL --api-base http://127.0.0.1:8000/v1 --concurrency 8   # an OpenAI-compatible server
 
 The output folder holds ``episodes.jsonl`` (one record per episode, appended as it ends), ``settings.json``,
-``summary.json``, ``results.md`` and ``scores.png``. Running the same command again resumes: finished
-episodes are read back and not played again. A folder written with other settings (another model, seed,
-memory, prompt or decoding) is refused rather than mixed.
+``summary.json``, ``results.md`` and ``scores.png``. The default folder is named after the agent, the suite,
+the seed, the decoding and a hash of every other setting, so two evaluations with different settings never
+share one; running the same command again resumes: finished episodes are read back and not played again. A
+folder given with ``--out`` that holds other settings is refused rather than mixed.
 
 How a model is prompted (memory, answer format, token limits) comes from the learner's configuration: a run's
 own ``config.toml`` when a run or checkpoint is evaluated, else ``--config`` (a preset such as
-``envs/babyai.toml``) or the learner's defaults, with ``--set section.key=value`` overrides. The env's own
-keyword arguments come only from ``--env-kwargs`` (training's ``env.kwargs``, such as an invalid-action
-penalty, do not change the scores and are not used), so every model is scored on the same envs.
+``envs/babyai.toml``) or the learner's defaults, with ``--set section.key=value`` overrides. A run is scored
+by default as it trained: sampled at its ``sampling.temperature`` and ``top_p``, and on the env it trained on
+with its ``env.kwargs`` (a smaller room, a shorter episode); ``--greedy`` and ``--env-defaults`` ask for
+greedy answers and the env's defaults, to compare models on the same envs. ``--env-kwargs`` applies to every
+task, over the run's.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import time
 from collections.abc import Sequence
@@ -32,23 +35,35 @@ from typing import Any
 
 from verlog.evaluation import output
 from verlog.evaluation.agents import (
-    BASELINES,
     Agent,
-    ApiAgent,
     EvalError,
     ModelAgent,
-    ModelSettings,
     OracleAgent,
-    RandomAgent,
-    resolve_model,
     run_checkpoint,
 )
+from verlog.evaluation.progress import EvalProgress
 from verlog.evaluation.runner import EnvSettings, EpisodeLog, play
 from verlog.evaluation.scoring import summarize
-from verlog.evaluation.suites import episode_seed, episodes_label, game_of, resolve_suite, suites_help
+from verlog.evaluation.settings import (
+    SETTINGS_FILE,
+    as_trained_line,
+    check_resume,
+    default_out,
+    is_run,
+    kwargs_notes,
+    make_agent,
+    say,
+    trained_kwargs,
+)
+from verlog.evaluation.suites import (
+    episode_seed,
+    episodes_label,
+    game_of,
+    resolve_suite,
+    suites_help,
+)
 from verlog.pipes import closed_pipe_ok
 from verlog.quiet import attach_run_log, quiet_console
-from verlog.runkit.folder import CHECKPOINTS, CONFIG_FILE
 from verlog.runkit.samples import SampleWriter, TurnSample, pick_turns
 
 __all__ = ["EVAL_HELP", "add_eval_arguments", "add_eval_command", "evaluate", "main", "run_eval"]
@@ -56,7 +71,6 @@ __all__ = ["EVAL_HELP", "add_eval_arguments", "add_eval_command", "evaluate", "m
 EVAL_HELP = "Evaluate a model, a training run or a baseline on a suite (BALROG scores with standard errors)."
 EPISODES_FILE = "episodes.jsonl"
 FAILURES_FILE = "failures.jsonl"
-SETTINGS_FILE = "settings.json"
 
 
 def evaluate(
@@ -72,6 +86,7 @@ def evaluate(
     overrides: Sequence[str] = (),
     env_kwargs: dict[str, Any] | None = None,
     sample: bool = False,
+    env_as_trained: bool = False,
     device: str = "auto",
     progress: bool = False,
     samples_per_family: int = 2,
@@ -88,6 +103,11 @@ def evaluate(
     failing is appended to ``failures.jsonl`` and ends the run with an :class:`EvalError` (finished episodes
     are kept: the same command resumes).
 
+    ``env_as_trained``: a run's (or its checkpoint's) env kwargs for the env it trained on, under
+    ``env_kwargs``; ``sample``: answers sampled at the configuration's temperature, not greedy.
+    ``verlog eval`` sets both for a run unless asked not to (:func:`run_eval`); here they are off, so a
+    caller gets what it names. With ``progress``, one line says where the settings came from, then progress goes to stderr.
+
     Its length is its signature's: one keyword argument per ``verlog eval`` option, passed on as they are; the
     work is in :func:`_make_agent`, :func:`_play_episodes` and :func:`_scores`.
     """
@@ -98,33 +118,34 @@ def evaluate(
     n = episodes_label(counts)
     if vectorization_mode not in ("sync", "async"):
         raise EvalError(f"vectorization mode must be 'sync' or 'async', got {vectorization_mode!r}")
-    folder = (
-        Path(out)
-        if out is not None
-        else default_out(agent, the_suite.name, seed, sample and agent not in BASELINES)
-    )
     started = time.perf_counter()
 
-    player, learner = _make_agent(agent, the_suite.tasks, config, overrides, sample, device, seed, api)
+    player, learner, run = make_agent(agent, the_suite.tasks, config, overrides, sample, device, seed, api)
+    trained = trained_kwargs(learner, the_suite.tasks) if env_as_trained and run is not None else {}
     env = EnvSettings(
         num_envs=num_envs,
         vectorization_mode=vectorization_mode,
         memory=learner.env.memory,
         memory_kwargs=dict(learner.env.memory_kwargs),
         env_kwargs=dict(env_kwargs or {}),
+        task_kwargs=trained,
     )
     if player.needs_env and vectorization_mode != "sync":
         raise EvalError(f"the {player.name} agent reads the game state: use sync vector envs")
-    notes = _kwargs_notes(agent, learner, the_suite.tasks, env.env_kwargs)
+    notes = kwargs_notes(run, learner, the_suite.tasks, env)
     settings = {
         "agent": player.identity(),
         "seed": seed,
         "memory": env.memory,
         "memory_kwargs": env.memory_kwargs,
         "env_kwargs": env.env_kwargs,
+        **({"trained_env_kwargs": trained} if trained else {}),  # absent: an older folder still resumes
     }
+    folder = Path(out) if out is not None else default_out(agent, the_suite.name, seed, settings)
+    if progress and run is not None:
+        say(as_trained_line(learner, the_suite.tasks, env, settings["agent"]))
     log = EpisodeLog(folder / EPISODES_FILE)
-    records = _check_resume(folder, settings, log)
+    records = check_resume(folder, settings, log)
     wanted = {(task, episode_seed(seed, task, i)) for task in the_suite.tasks for i in range(counts[task])}
     done = {(r["task"], r["seed"]) for r in records} & wanted
     folder.mkdir(parents=True, exist_ok=True)
@@ -188,17 +209,22 @@ def _play_episodes(
     turns per task (``samples``) to ``samples.jsonl``; return how many were played. A chat server that keeps
     failing is noted in ``failures.jsonl`` and stops the evaluation (the episodes played are kept)."""
     folder = log.path.parent
-    with output.EpisodeProgress(progress, total - len(done), len(done)) as advance:
+    with EvalProgress(progress, total - len(done), len(done)) as shown:
 
         def keep(record: dict[str, Any]) -> None:
             log.append(record)
             records.append(record)
-            advance()
+            shown.episode(int(record["length"]))
 
         turns: list[dict[str, Any]] = []
+
+        def count(turn: dict[str, Any]) -> None:
+            turns.append(turn)
+            shown.turn()
+
         try:
             played = play(
-                player, the_suite.tasks, counts, seed, env, done=done, on_record=keep, on_turn=turns.append
+                player, the_suite.tasks, counts, seed, env, done=done, on_record=keep, on_turn=count
             )
         except _api_error() as error:
             EpisodeLog(folder / FAILURES_FILE).append(
@@ -224,102 +250,10 @@ def _scores(the_suite: Any, records: list[dict[str, Any]], wanted: set[tuple[str
     return summarize(ordered, the_suite.tasks, {task: game_of(task) for task in the_suite.tasks})
 
 
-def _kwargs_notes(agent: str, learner: Any, tasks: Sequence[str], env_kwargs: dict[str, Any]) -> list[str]:
-    """A note when a model is scored on the env it was trained on, with other env settings than in training
-    (an invalid-action penalty only changes the return, so it is not counted): its observations differ."""
-    if agent in BASELINES or learner.env.id not in tasks:
-        return []
-    trained = {k: v for k, v in learner.env.kwargs.items() if k != "invalid_action_penalty"}
-    differ = {k: v for k, v in trained.items() if env_kwargs.get(k) != v}
-    if not differ:
-        return []
-    table = ", ".join(f"{k} = {json.dumps(v)}" for k, v in differ.items())
-    return [
-        f"the model was trained on {learner.env.id} with {table}; this evaluation uses the env's defaults "
-        f"there (add them to --env-kwargs to score it on what it was trained on)"
-    ]
-
-
-def default_out(agent: str, suite: str, seed: int, sample: bool = False) -> Path:
-    """``runs/eval/<agent>-<suite>-s<seed>[-sampled]``, the agent and suite as file-name-safe slugs."""
-    path = Path(agent.rstrip("/"))
-    name = agent if agent in BASELINES else path.name or "model"
-    if CHECKPOINTS in path.parts:  # runs/NAME/checkpoints/000100[/actor] -> NAME-000100
-        name = "-".join([p for p in path.parts if p not in (CHECKPOINTS, "actor")][-2:])
-    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", f"{name}-{suite}-s{seed}" + ("-sampled" if sample else ""))
-    return Path("runs") / "eval" / slug
-
-
-def _make_agent(
-    spec: str,
-    tasks: Sequence[str],
-    config: str | Path | None,
-    overrides: Sequence[str],
-    sample: bool,
-    device: str,
-    seed: int,
-    api: Any = None,
-) -> tuple[Agent, Any]:
-    """The agent, and the learner's configuration its prompts and memory come from."""
-    from verlog.config import ConfigError, load_config
-
-    source = None
-    if spec not in BASELINES and api is None:
-        source = resolve_model(spec)
-        if config is None and source.run_dir is not None and (source.run_dir / CONFIG_FILE).is_file():
-            config = source.run_dir / CONFIG_FILE
-    try:
-        learner = load_config(config, overrides)
-    except (ConfigError, OSError) as error:
-        raise EvalError(f"config: {error}") from error
-    if spec == "random":
-        return RandomAgent(), learner
-    if spec == "oracle":
-        others = sorted({game_of(t) for t in tasks} - {"babaisai"})
-        if others:
-            raise EvalError(f"the oracle is BabaIsAI's solver; the suite also holds {', '.join(others)}")
-        return OracleAgent(), learner
-    settings = ModelSettings.of(learner, greedy=not sample, device=device, seed=seed)
-    if api is not None:
-        return ApiAgent(api, settings), learner
-    assert source is not None
-    return ModelAgent(source, settings), learner
-
-
-def _check_resume(folder: Path, settings: dict[str, Any], log: EpisodeLog) -> list[dict[str, Any]]:
-    """The records already in ``folder``, after checking they were played with the same settings."""
-    path = folder / SETTINGS_FILE
-    if not path.is_file():
-        if log.path.is_file() and log.path.stat().st_size:
-            raise EvalError(f"{log.path} exists without {SETTINGS_FILE}: use another --out")
-        return []
-    previous = _flat(json.loads(path.read_text()))
-    current = _flat(json.loads(json.dumps(settings)))  # the same JSON types as the file holds
-    differ = sorted(key for key in set(previous) | set(current) if previous.get(key) != current.get(key))
-    if differ:
-        detail = "; ".join(
-            f"{k}: {previous.get(k, '-')!r} there, {current.get(k, '-')!r} now" for k in differ
-        )
-        raise EvalError(
-            f"{folder} holds an evaluation with other settings ({detail}); use another --out to keep both"
-        )
-    return log.read()
-
-
-def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested settings as ``a.b`` keys, so a mismatch names the one setting that differs."""
-    out: dict[str, Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):  # an empty table adds no key: {} vs {"a": 1} differs in "a" alone
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[prefix + key] = value
-    return out
-
-
 # ------------------------------------------------------------------------------------------------ the CLI
 def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
-    """The arguments of ``verlog eval`` (the positional's dest is ``agent``)."""
+    """The arguments of ``verlog eval`` (the positional's dest is ``agent``); its length is one
+    ``add_argument`` per option."""
     parser.add_argument(
         "agent",
         metavar="AGENT",
@@ -345,7 +279,10 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--vectorization", choices=("sync", "async"), default="sync", help="vector env kind")
     parser.add_argument(
-        "--out", type=Path, default=None, help="output folder (default runs/eval/AGENT-SUITE-sSEED[-sampled])"
+        "--out",
+        type=Path,
+        default=None,
+        help="output folder (default runs/eval/AGENT-SUITE-sSEED-DECODING-HASH, named after the settings)",
     )
     parser.add_argument("--config", type=Path, default=None, help="learner preset for memory and prompts")
     parser.add_argument(
@@ -360,12 +297,24 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
         "--env-kwargs",
         default="{}",
         metavar="TOML",
-        help="the env's keyword arguments as a TOML inline table, e.g. '{ max_episode_steps = 32 }'",
+        help="the env's keyword arguments as a TOML inline table, e.g. '{ max_episode_steps = 32 }' "
+        "(every task; for a run, over the kwargs it trained with)",
     )
     parser.add_argument(
+        "--env-defaults",
+        action="store_true",
+        help="a run: play its env with the env's defaults, not the env.kwargs it trained with",
+    )
+    decoding = parser.add_mutually_exclusive_group()
+    decoding.add_argument(
+        "--greedy",
+        action="store_true",
+        help="greedy answers (the default, except for a run: it samples as it trained)",
+    )
+    decoding.add_argument(
         "--sample",
         action="store_true",
-        help="sample at sampling.temperature / top_p instead of greedy decoding (models only)",
+        help="sample at sampling.temperature / top_p (the default for a run)",
     )
     parser.add_argument("--device", default="auto", help="model device: auto, cpu, cuda, cuda:1, ...")
     parser.add_argument(
@@ -455,6 +404,7 @@ def run_eval(args: argparse.Namespace) -> int:
         if args.checkpoint != "newest":
             args.agent = str(run_checkpoint(args.agent, args.checkpoint))
         api = _api_settings(args)  # first: it turns --backend into an override
+        trained = api is None and args.config is None and is_run(args.agent)
         summary = evaluate(
             args.agent,
             args.suite,
@@ -466,7 +416,8 @@ def run_eval(args: argparse.Namespace) -> int:
             config=args.config,
             overrides=args.overrides,
             env_kwargs=_parse_table(args.env_kwargs),
-            sample=args.sample,
+            sample=args.sample or (trained and not args.greedy),
+            env_as_trained=trained and not args.env_defaults,
             device=args.device,
             progress=not args.quiet,
             api=api,
@@ -479,11 +430,12 @@ def run_eval(args: argparse.Namespace) -> int:
 
         Console().print(output.console_table(summary))
     for note in summary.get("notes", []):
-        print(f"verlog eval: note: {note}", file=sys.stderr)
+        say(f"note: {note}")
     total = summary["overall"]
     print(
-        f"overall {total['score']:.1f} ± {total['score_se']:.1f} over {total['games']} game(s); "
-        f"{summary['played_now']} episodes played now, {summary['resumed']} resumed; wrote {summary['out']}"
+        f"overall {total['score']:.1f} ± {total['score_se']:.1f} ({total['games']} game"
+        f"{'s' if total['games'] != 1 else ''}); {summary['played_now']} episodes played now, "
+        f"{summary['resumed']} resumed\nwrote {summary['out']}"
     )
     return 0
 

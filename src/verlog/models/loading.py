@@ -245,7 +245,10 @@ def _from_pretrained(kind: str, path: str, dtype: str, attn_implementation: str)
     model, info = mapping[type(config)].from_pretrained(path, output_loading_info=True, **kwargs)
     fresh = sorted(info.get("missing_keys", ()))
     if kind == "token_classification" and fresh:  # expected: a chat model has no value head yet
-        logging.getLogger("verlog").info(f"critic head initialised fresh ({', '.join(fresh)} not in {path})")
+        # a resumed run loads its checkpoint's head next, and says so
+        logging.getLogger("verlog").info(
+            f"critic: new value head ({', '.join(fresh)} not in {Path(path).name})"
+        )
     return model
 
 

@@ -101,6 +101,9 @@ class TrainerCheckpoints:
         for line in passed_over if main else ():
             print(f"warning: {line}; resuming from {path.name}", file=sys.stderr, flush=True)
         self.load(path)
+        if main:  # after the model's "critic: new value head" line: the head is the checkpoint's now
+            said = f"resumed at update {self.run.update} from checkpoints/{path.name}"
+            print(f"{said}: actor, critic and optimisers as saved", flush=True)
 
     def load(self, path: Path) -> None:
         """Put the run back exactly as it was when ``path`` was saved."""

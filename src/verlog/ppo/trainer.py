@@ -169,6 +169,7 @@ class Trainer:
             total=config.run.total_updates,
             console=config.run.console,
             start=self.update,
+            env_id=config.env.id,
         )
         self.logger.print(f"setup: {self.dist.describe()}, {backend} sampler")
         detail(
@@ -180,9 +181,8 @@ class Trainer:
                 f"{algo.advantage}: groups of {algo.group_size} envs, up to {algo.resample_attempts} resamples of "
                 f"a group without signal{skipped} (no critic)"
             )
-        self.guard = Guard(
-            ppo, accelerator.device, self.logger.print
-        )  # diverged weights, all-skipped updates
+        # diverged weights, all-skipped updates
+        self.guard = Guard(ppo, accelerator.device, self.logger.print)
         panel_env = config.panel.env_id or config.env.id
         self.panel_prompts = (
             prompts

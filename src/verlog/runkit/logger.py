@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from verlog.envs.registration import has_success
 from verlog.runkit.folder import METRICS_FILE, latest_checkpoint
 
 __all__ = ["COLUMNS", "RunLogger", "flat_hyperparameters", "reproducible", "tracker_init_kwargs"]
@@ -56,10 +57,13 @@ class RunLogger:
     """Logs one metrics dict per update (or warm-up iteration) and ends with a summary panel.
 
     ``console`` is True for rich's own console, False for none, or a :class:`rich.console.Console` to print
-    on (tests record one at a fixed width).
+    on (tests record one at a fixed width). ``env_id``: a game without success (Crafter) shows progression
+    where the others show success, from the first row.
     """
 
-    def __init__(self, run_dir: Path, accelerator: Any, *, total: int, console: Any, start: int = 0) -> None:
+    def __init__(
+        self, run_dir: Path, accelerator: Any, *, total: int, console: Any, start: int = 0, env_id: str = ""
+    ) -> None:
         self.accelerator = accelerator
         self.main = accelerator.is_main_process
         self.run_dir = Path(run_dir)
@@ -74,6 +78,8 @@ class RunLogger:
         self.history: list[dict[str, float]] = []
         #: What the table's success column shows: progression once a game scores partial progress (Crafter).
         self.measure = "env/success"
+        self.env_id = env_id
+        self.no_success = bool(env_id) and not has_success(env_id)
         self.console: Any = None
         if self.main and console:
             from rich.console import Console
@@ -90,6 +96,9 @@ class RunLogger:
                 console = Console()  # the terminal's width; a file or pipe gets $COLUMNS, else 80
             self.console = console
             self.columns = fitting_columns(console.width)
+            if self.no_success:  # its progression, under the success column's place and a new header
+                self.measure = "env/progression"
+                self.columns = [c for c in self.columns if c[0] != "env/progression"]
             self.progress = Progress(
                 TextColumn("[bold]PPO"),
                 BarColumn(),
@@ -140,7 +149,8 @@ class RunLogger:
 
     def summary(self, *, updates: int, turns: int, env_id: str, note: str = "") -> None:
         """The closing panel: where the run is, what it did, how it ended, how it moved from its first updates
-        to its last, and what to run next; then ``note`` (a preset's word on what it shows), if any."""
+        to its last, and what to run next (its report, and the evaluation that plays the run's episodes as it
+        trained, so it scores what the panel's last figure measures); then ``note`` (a preset's word)."""
         if self.console is None:
             return
         from rich.markup import escape
@@ -148,7 +158,8 @@ class RunLogger:
 
         self.close_progress()
         wall = time.monotonic() - self.started
-        key, label = _measure([*self.history, self.last])
+        no_success = self.no_success or not has_success(env_id)
+        key, label = _measure([*self.history, self.last], no_success)
         score = self.last.get(key, math.nan)
         ret = self.last.get("charts/episodic_return", math.nan)
         if math.isfinite(score) or math.isfinite(ret):
@@ -161,16 +172,24 @@ class RunLogger:
             f"[bold]run[/]         {run}",
             f"[bold]done[/]        {updates} updates, {turns} turns in {_clock(wall)}",
             f"[bold]ended[/]       {ended}",
-            *([f"[bold]first→last[/]  {trend}"] if (trend := _trend(self.history)) else []),
+            *([f"[bold]first→last[/]  {trend}"] if (trend := _trend(self.history, no_success)) else []),
             f"[bold]checkpoint[/]  {escape(str(checkpoint.relative_to(self.run_dir))) if checkpoint else 'none'}",
         ]
         self.console.print(
             Panel("\n".join(lines), title="PPO run finished", border_style="green", expand=False)
         )
         # The next commands outside the panel, unbroken by its border: they copy and paste as they are.
+        episodes = max(10, int(_or_zero(self.last.get("charts/episodes"))))
         self.console.print("[bold]next:[/]")
-        for command in (f"verlog report {run}", f"verlog eval {run} --suite {escape(env_id)} --episodes 10"):
+        for command in (
+            f"verlog report {run}",
+            f"verlog eval {run} --suite {escape(env_id)} --episodes {episodes}",
+        ):
             self.console.print(f"  {command}", soft_wrap=True)
+        if math.isfinite(score):
+            self.console.print(
+                f"  [dim](plays as the run trained: its {label} should come near {score:.2f})[/]"
+            )
         if note:
             self.console.print(f"[bold]note:[/] {escape(note)}")
 
@@ -195,7 +214,11 @@ class RunLogger:
         # A game that scores partial progress (Crafter) shows it in the success column, under a new header,
         # unless the table is wide enough to show the progression column itself.
         swap = "env/progression" not in {column[0] for column in self.columns}
-        if swap and self.measure == "env/success" and _measure([metrics])[1] == "progression":
+        if (
+            swap
+            and self.measure == "env/success"
+            and _measure([metrics], self.no_success)[1] == "progression"
+        ):
             self.measure, self.rows = "env/progression", 0
         table = Table(
             show_header=self.rows % 20 == 0, box=None, pad_edge=False, padding=(0, 1), collapse_padding=True
@@ -230,10 +253,12 @@ TREND = (
 )
 
 
-def _measure(history: list[dict[str, float]]) -> tuple[str, str]:
-    """The metric that says how well the game went: success, unless the game scores partial progress (some
-    update's progression above its success: Crafter's achievements, TextWorld's points), where success is all
-    but always 0 and progression is the figure that moves."""
+def _measure(history: list[dict[str, float]], no_success: bool = False) -> tuple[str, str]:
+    """The metric that says how well the game went: success, unless the game has none (``no_success``:
+    Crafter, NetHack) or scores partial progress (some update's progression above its success: TextWorld's
+    points), where success is all but always 0 and progression is the figure that moves."""
+    if no_success:
+        return "env/progression", "progression"
     for row in history:
         progression, success = row.get("env/progression"), row.get("env/success")
         if progression is not None and success is not None and progression > success + 1e-9:
@@ -241,7 +266,7 @@ def _measure(history: list[dict[str, float]]) -> tuple[str, str]:
     return "env/success", "success"
 
 
-def _trend(history: list[dict[str, float]]) -> str:
+def _trend(history: list[dict[str, float]], no_success: bool = False) -> str:
     """``success 0.12 → 0.80, invalid 0.93 → 0.48, entropy 4.9 → 2.4``: for each, the mean of its first and of
     its last 5 values (fewer in a short run; one update's success is noisy), skipping updates without one (no
     episode ended: most of a long-horizon run's early updates): whether the run moved, at a glance. "" for
@@ -257,8 +282,13 @@ def _trend(history: list[dict[str, float]]) -> str:
         return f"{_or_dash(sum(values[:k]) / k, fmt)} → {_or_dash(sum(values[-k:]) / k, fmt)}"
 
     return ", ".join(
-        f"{label} {ends(key, fmt)}" for key, label, fmt in ((*_measure(history), "{:.2f}"), *TREND)
+        f"{label} {ends(key, fmt)}"
+        for key, label, fmt in ((*_measure(history, no_success), "{:.2f}"), *TREND)
     )
+
+
+def _or_zero(value: float | None) -> float:
+    return value if value is not None and math.isfinite(value) else 0.0
 
 
 def _or_dash(value: float | None, fmt: str) -> str:

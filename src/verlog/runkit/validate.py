@@ -56,10 +56,26 @@ def problems(config: Config, resume: str | Path | None = None) -> list[str]:
         from verlog.runkit.manifest import CheckpointError, good_checkpoint
 
         try:
-            good_checkpoint(checkpoint_dir(resume), hashes=False)  # sizes only: the trainer hashes
+            newest, _ = good_checkpoint(
+                checkpoint_dir(resume), hashes=False
+            )  # sizes only: the trainer hashes
         except CheckpointError as error:
             found.append(f"--resume {resume}: {error}")
+        else:
+            found += _finished(resume, int(newest.name), config.run.total_updates)
     return found
+
+
+def _finished(resume: str | Path, update: int, total: int) -> list[str]:
+    """A run resumed at its last update would stop at once: say how to give it more updates."""
+    if not 0 < total <= update:
+        return []
+    from verlog.runkit.launch import resume_command  # this process's own launch: its launcher's flags
+
+    return [
+        f"--resume {resume}: the run is finished ({update} of run.total_updates = {total} updates); to "
+        f"extend it: {resume_command(resume)} run.total_updates={update + total}"
+    ]
 
 
 # ----------------------------------------------------------------------------------------- the values
