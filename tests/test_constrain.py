@@ -192,3 +192,24 @@ def test_the_constraint_reads_the_model_vocabulary_and_its_eos(words: Path) -> N
     masks = constraint.token_masks([[tokenizer.convert_tokens_to_ids("Do")]], [("Noop", "Do")], 1)
     allowed = {tokenizer.convert_ids_to_tokens(i) for i in masks[0, 0].nonzero().flatten().tolist()}
     assert allowed == {"Noop", "Do"}
+
+
+def test_verlog_eval_constrains_on_request_and_says_it_is_not_balrogs_protocol(
+    bpe: Path, tmp_path: Path, capsys
+) -> None:
+    from verlog.evaluation.command import main
+
+    out = tmp_path / "eval"
+    argv = [str(bpe), "--suite", BABYAI, "--episodes", "2", "--out", str(out), "--sample", "--constrain", "actions",
+            "--set", "prompt.max_response_tokens=12", "--set", "prompt.style=short"]  # fmt: skip
+    assert main(argv) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["agent"]["constrain"] == "actions"
+    assert summary["tasks"][BABYAI]["invalid_action_rate"] == 0.0
+    assert "not BALROG's protocol" in (out / "results.md").read_text()
+    assert "constrained" in capsys.readouterr().out
+    # A cap of 9 tokens cannot hold "turn right" spelt byte by byte: one line, naming the env and the fix.
+    capsys.readouterr()
+    short = [*argv[:-4], "--set", "prompt.max_response_tokens=9", "--out", str(tmp_path / "short")]
+    assert main(short) != 0
+    assert "raise it to 10" in capsys.readouterr().err

@@ -144,6 +144,8 @@ def evaluate(
     folder = Path(out) if out is not None else default_out(agent, the_suite.name, seed, settings)
     if progress and run is not None:
         say(as_trained_line(learner, the_suite.tasks, env, settings["agent"]))
+    if progress and settings["agent"].get("constrain"):
+        say("answers constrained to the valid actions: not BALROG's protocol (--constrain off for it)")
     log = EpisodeLog(folder / EPISODES_FILE)
     records = check_resume(folder, settings, log)
     wanted = {(task, episode_seed(seed, task, i)) for task in the_suite.tasks for i in range(counts[task])}
@@ -323,6 +325,13 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="sampler of a local model (short for --set sampling.backend=...)",
     )
+    parser.add_argument(
+        "--constrain",
+        choices=("off", "actions"),
+        default=None,
+        help="actions: every answer one of the turn's valid actions (not BALROG's protocol; "
+        "short for --set sampling.constrain=...; a run: as it trained)",
+    )
     api = parser.add_argument_group("OpenAI-compatible chat server (AGENT is then the served model's name)")
     api.add_argument("--api-base", metavar="URL", help="the server's base URL, e.g. http://127.0.0.1:8000/v1")
     api.add_argument(
@@ -378,6 +387,8 @@ def _api_settings(args: argparse.Namespace) -> Any:
     """The chat server of ``--api-base`` (None without it); ``--backend`` becomes an override."""
     if args.backend is not None:
         args.overrides = [*args.overrides, f"sampling.backend={args.backend}"]
+    if args.constrain is not None:
+        args.overrides = [*args.overrides, f"sampling.constrain={args.constrain}"]
     if not args.api_base:
         return None
     if args.concurrency < 1 or args.retries < 0 or args.timeout <= 0:

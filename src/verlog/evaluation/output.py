@@ -109,6 +109,8 @@ def markdown(summary: dict[str, Any]) -> str:
         "|---|---|---:|---:|---:|---:|---:|"
     )
     rows = [header]
+    if summary.get("agent", {}).get("constrain"):  # BALROG parses free text: these are not its scores
+        rows.insert(0, "Answers constrained to the valid actions: not BALROG's protocol.\n")
     for task, s in summary["tasks"].items():
         rows.append(
             f"| {short_name(task)} | {s['game']} | {s['episodes']} | {_pm(s['score'], s['score_se'])} "
@@ -215,7 +217,8 @@ def console_table(summary: dict[str, Any]) -> Any:
     from rich.table import Table
 
     agent = summary["agent"]
-    table = Table(title=f"{agent.get('model', agent['agent'])} on {summary['suite']}")
+    constrained = " (answers constrained to valid actions)" if agent.get("constrain") else ""
+    table = Table(title=f"{agent.get('model', agent['agent'])} on {summary['suite']}{constrained}")
     crafter = bool(_crafter(summary))  # a column for Crafter's score when a task has it
     columns = ("task / game", "episodes", "score ± SE", "success %", "length", "invalid %")
     for column in columns + (("Crafter score",) if crafter else ()):
