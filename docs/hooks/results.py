@@ -358,6 +358,56 @@ def crafter_achievements(name: str = "learn_crafter.json") -> str:
     return table(["achievement", *(label for label, _ in blocks)], rows)
 
 
+def _training_return(entry: Mapping[str, Any], last: int = 10) -> float | None:
+    """The mean training return over the last ``last`` updates that finished an episode (the curve's)."""
+    values = [_number(r.get("charts/episodic_return")) for r in entry.get("curve", [])]
+    values = [v for v in values if v is not None][-last:]
+    return sum(values) / len(values) if values else None
+
+
+def _turns_to_reach(entry: Mapping[str, Any], target: float, window: int = 10) -> int | None:
+    """The first global step at which the mean training return over the last ``window`` updates that finished
+    an episode reaches ``target`` (None: never)."""
+    seen: list[float] = []
+    for record in entry.get("curve", []):
+        value = _number(record.get("charts/episodic_return"))
+        if value is None:
+            continue
+        seen = (seen + [value])[-window:]
+        if len(seen) == window and sum(seen) / window >= target:
+            return int(record.get("global_step", 0))
+    return None
+
+
+def constrained_vs_free(
+    free: str = "learn_crafter.json", constrained: str = "learn_crafter_constrained.json"
+) -> str:
+    """What ``sampling.constrain = "actions"`` buys on the same preset and budget, seed by seed: the judged
+    return and Crafter score of the free and the constrained model, the free model's invalid-answer rate, and
+    the turns the constrained run took to reach the free run's final training return."""
+    free_seeds = {e.get("seed"): e for e in seeds(load(free)) if e.get("variant", "verlog") == "verlog"}
+    rows = []
+    for e in seeds(load(constrained)):
+        f = free_seeds.get(e.get("seed"))
+        if f is None:
+            continue
+        target = _training_return(f)
+        reached = _turns_to_reach(e, target) if target is not None else None
+        invalid = _invalid(f.get("trained"))
+        rows.append([
+            f"seed {e.get('seed')}", _crafter_cell(f.get("trained"), "return"), _crafter_cell(e.get("trained"), "return"),
+            _crafter_cell(f.get("trained"), "crafter_score"), _crafter_cell(e.get("trained"), "crafter_score"),
+            f"{100 * invalid:.0f} %" if invalid is not None else "",
+            (f"{reached:,} of {int(f.get('turns', 0)):,}" if reached is not None else "not reached")
+            + (f" (target {target:.2f})" if target is not None else ""),
+            _verdict(f.get("passed")), _verdict(e.get("passed")),
+        ])  # fmt: skip
+    header = ["seed", "return, free", "return, constrained", "Crafter score, free", "Crafter score, constrained",
+              "free model's invalid answers", "turns to the free run's final training return", "free passes",
+              "constrained passes"]  # fmt: skip
+    return table(header, rows)
+
+
 def _zs(row: Mapping[str, Any], gain: str) -> str:
     """An ablation row's per-seed gains ``z_<gain>`` in SEs (empty where its seeds have none)."""
     return ", ".join(f"{z:+.1f}" for z in row.get(f"z_{gain}", []) if _number(z) is not None)
@@ -717,6 +767,11 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "ablation": ablation,
     "crafter_reading": crafter_reading,
     "long_run": long_run,
+    "constrained_vs_free": constrained_vs_free,
+    "crafter_constrained": lambda: crafter("learn_crafter_constrained.json"),
+    "crafter_constrained_achievements": lambda: crafter_achievements("learn_crafter_constrained.json"),
+    "crafter_levers": lambda: crafter("learn_crafter_levers.json"),
+    "crafter_levers_achievements": lambda: crafter_achievements("learn_crafter_levers.json"),
 }
 
 
