@@ -15,7 +15,7 @@ from verlog.models.loading import load_models
 from verlog.models.tiny import build_tiny
 from verlog.ppo.advantages import gae_advantages
 from verlog.ppo.forward import actor_logprobs
-from verlog.ppo.rollout import score
+from verlog.ppo.scoring import score
 from verlog.ppo.storage import TurnStorage
 from verlog.ppo.update import policy_loss, ppo_update, value_loss
 from verlog.sampling import TransformersSampler

@@ -36,7 +36,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from verlog.ppo.rollout import score
+    from verlog.ppo.scoring import score
     from verlog.ppo.trainer import Trainer
 
     parser = _parser()

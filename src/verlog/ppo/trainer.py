@@ -29,7 +29,7 @@ from verlog.ppo.advantages import compute_advantages
 from verlog.ppo.build import load_learner, lora_spec, make_batches
 from verlog.ppo.checkpoints import TrainerCheckpoints
 from verlog.ppo.curriculum import Curriculum, stage_envs
-from verlog.ppo.rollout import score_batch
+from verlog.ppo.scoring import score_batch
 from verlog.ppo.storage import TurnStorage
 from verlog.ppo.update import ppo_update
 from verlog.quiet import attach_run_log, detail
