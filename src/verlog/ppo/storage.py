@@ -344,9 +344,14 @@ class GroupStorage(TurnStorage):
         self.branch_rewards.clear()
         self.branch_valid.clear()
 
-    def reset_first(self, prompts: Sequence[list[int]]) -> None:
-        """The envs' first prompts in their columns; any branch columns after them keep their place."""
+    def reset_first(
+        self, prompts: Sequence[list[int]], actions: Sequence[tuple[str, ...] | None] | None = None
+    ) -> None:
+        """The envs' first prompts (and valid actions) in their columns; any branch columns after them keep
+        their place. The trainer calls it as it calls a :class:`TurnStorage`'s."""
         self.prompts[0][: len(prompts)] = [list(p) for p in prompts]
+        if actions is not None:
+            self.actions[0][: len(actions)] = list(actions)
 
     def forget(self, n: int, anchor: str = "") -> None:
         """Drop env n's turns and branches (its group is played again); its next episode starts at ``anchor``."""
