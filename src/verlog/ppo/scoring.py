@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 from verlog.ppo.forward import Batch, actor_logprobs, collate, critic_values, shared_prompt_logprobs
 from verlog.ppo.storage import SharedMicroBatch, TurnStorage, pack_by_tokens
+
+if TYPE_CHECKING:  # the bundle's type only
+    from verlog.ppo.build import Models
 
 __all__ = ["score", "score_batch", "score_metrics", "state_values"]
 
@@ -127,10 +130,9 @@ def score(
 
 def score_batch(
     storage: TurnStorage,
+    models: Models,
     *,
-    actor: nn.Module,
-    critic: nn.Module | None,
-    reference: nn.Module | None,
+    unwrap: Callable[[nn.Module], nn.Module],
     logprobs: bool,
     reuse_sampler_logprobs: bool,
     temperature: float,
@@ -138,16 +140,18 @@ def score_batch(
     device: Any,
     common_count: Callable[[int], int] | None = None,
 ) -> dict[str, float]:
-    """:func:`score` a collected batch and return what scoring found. ``logprobs=False`` scores the values
-    alone (critic pre-training); with ``reuse_sampler_logprobs`` the sampler's log-probs are the old ones (the
-    weights have not moved since sampling), so the actor does not score them again."""
+    """:func:`score` a collected batch with ``models`` (``unwrap`` takes a prepared model out of its DDP or
+    DeepSpeed wrapper: no-grad scoring calls it directly) and return what scoring found. ``logprobs=False``
+    scores the values alone (critic pre-training); with ``reuse_sampler_logprobs`` the sampler's log-probs are
+    the old ones (the weights have not moved since sampling), so the actor does not score them again."""
     clock = time.perf_counter()
     reuse = logprobs and reuse_sampler_logprobs
+    critic = None if models.critic is None else unwrap(models.critic)
     score(
         storage,
-        actor=actor if logprobs and not reuse else None,
+        actor=unwrap(models.actor) if logprobs and not reuse else None,
         critic=critic,
-        reference=reference if logprobs else None,
+        reference=models.reference if logprobs else None,
         temperature=temperature,
         max_tokens=max_tokens,
         device=device,
@@ -161,7 +165,7 @@ def score_batch(
             storage,
             values=critic is not None,
             old_logprobs=logprobs and not reuse,
-            reference=logprobs and not reuse and reference is not None,
+            reference=logprobs and not reuse and models.reference is not None,
         )
     )
     return metrics
