@@ -16,13 +16,12 @@ One job per module, read in this order:
 - ``forward``: the packed forward passes scoring and the update run; ``update``: **the PPO loss** and step;
 - ``build``: the actor, critic and reference, with their optimisers and engines, and the rollout and storage
   the estimator collects into;
-- ``curriculum``: stages of envs, advanced by success;
 - ``trainer``: the loop that assembles them (collect, score, advantages, update, log, checkpoint);
   ``checkpoints``: its checkpoints, resume and rollback, through a declared interface.
 
 The configuration is :mod:`verlog.config` (read by the learner, the evaluation and the report alike) and is
 checked by :mod:`verlog.runkit.validate`. A run's files and processes (run folder, checkpoints, logger, launch,
-fault stops, the collapse watchdog) are :mod:`verlog.runkit`, a floor below; the validation panel is an
-evaluation (:mod:`verlog.evaluation.panel`); models and prompts come from :mod:`verlog.models`, samplers from
-:mod:`verlog.sampling`. ``agents/ppo.py`` is the entry point.
+fault stops, the collapse watchdog, the curriculum) are :mod:`verlog.runkit`, a floor below; the validation
+panel is an evaluation (:mod:`verlog.evaluation.panel`); models and prompts come from :mod:`verlog.models`,
+samplers from :mod:`verlog.sampling`. ``agents/ppo.py`` is the entry point.
 """

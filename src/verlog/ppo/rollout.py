@@ -62,8 +62,10 @@ class Rollout:
     def collect(self, storage: TurnStorage, samples: list[dict[str, Any]] | None = None) -> dict[str, float]:
         """Run ``storage.num_turns`` turns from the prompts in slot 0; return the rollout metrics.
 
-        When ``samples`` is a list, every turn is appended to it as a dict of :class:`verlog.runkit.samples.TurnSample`
-        fields, with ``prompt_ids`` instead of the prompt text (decoding is left to the few that are kept).
+        When ``samples`` is a list, every turn is appended to it as a dict of
+        :class:`verlog.runkit.samples.TurnSample` fields, with ``prompt_ids`` instead of the prompt text
+        (decoding is left to the few that are kept). Its length is the turn loop read in one place: generate,
+        step, count, insert.
         """
         clock: dict[str, float] = defaultdict(float)
         episodes: dict[str, list[float]] = defaultdict(list)

@@ -32,11 +32,11 @@ from verlog.models.prompts import PromptBuilder, prompt_builder
 from verlog.ppo.advantages import compute_advantages
 from verlog.ppo.build import Learner, load_learner, lora_spec, make_batches
 from verlog.ppo.checkpoints import TrainerCheckpoints
-from verlog.ppo.curriculum import Curriculum, stage_envs
 from verlog.ppo.scoring import score_batch
 from verlog.ppo.storage import TurnStorage
 from verlog.ppo.update import ppo_update
 from verlog.quiet import attach_run_log, detail
+from verlog.runkit.curriculum import Curriculum, stage_envs
 from verlog.runkit.distributed import (
     from_main_process,
     init_processes,

@@ -78,7 +78,8 @@ class VLLMSampler:
         """``weights()`` yields the actor's current weights in Hugging Face naming (None: evaluation, the engine
         keeps the checkpoint's); every process calls it in :meth:`update_weights` at the same time (under ZeRO-3
         its gathers are collective). ``constraint``: answers restricted to each prompt's valid actions, through
-        vLLM's own structured outputs (the same xgrammar grammar the other samplers use)."""
+        vLLM's own structured outputs (the same xgrammar grammar the other samplers use). Its length is the
+        engine's settings, one per line."""
         if constraint is not None and constraint.word_level:
             raise ConstraintError(
                 "vLLM reads a word-level vocabulary's tokens without the spaces decode puts between them, so it "
