@@ -31,12 +31,12 @@ def main(out: str, overrides: list[str]) -> None:
     def checksums() -> list[tuple[float, float]]:
         return [
             weights_checksum(trainer._unwrap(m), trainer.dist.gathered)
-            for m in (trainer.actor, trainer.critic)
+            for m in (trainer.learner.models.actor, trainer.learner.models.critic)
         ]
 
     first = trainer.train_update()
     storage = trainer.storage
-    trainer.sampler.update_weights()
+    trainer.learner.sampler.update_weights()
     trainer.rollout.collect(storage)
     trainer._score(storage, logprobs=True)
     compute_advantages(storage, trainer.config, all_reduce=trainer._all_reduce)
@@ -60,7 +60,7 @@ def main(out: str, overrides: list[str]) -> None:
         # DeepSpeed's own count of optimiser steps (boundaries) and of those it skipped, per engine.
         "engine_steps": [
             [m.global_steps, m.skipped_steps]
-            for m in (trainer.actor, trainer.critic)
+            for m in (trainer.learner.models.actor, trainer.learner.models.critic)
             if hasattr(m, "global_steps")
         ],
     }

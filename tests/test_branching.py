@@ -21,7 +21,7 @@ from verlog.ppo.advantages import branch_advantages, compute_advantages
 from verlog.ppo.build import make_batches
 from verlog.ppo.forward import actor_logprobs, collate
 from verlog.ppo.group_rollout import Brancher, GroupRollout, branch_width, offered_actions, try_actions
-from verlog.ppo.rollout import score
+from verlog.ppo.scoring import score, score_metrics
 from verlog.ppo.storage import GroupStorage
 from verlog.runkit.validate import validate
 from verlog.sampling import TransformersSampler
@@ -186,7 +186,7 @@ def test_make_batches_gives_each_env_its_branch_columns(words_model_path: Path) 
     storage.response_mask[0, :, 0] = 1.0
     storage.old_logprobs[0, :, 0] = -1.0
     storage.sampler_logprobs[0, :2, 0] = -1.5  # the branches' stay 0, a gap of 1 nat if they were counted
-    gap = storage.score_metrics(values=False, old_logprobs=True, reference=False)[
+    gap = score_metrics(storage, values=False, old_logprobs=True, reference=False)[
         "charts/sampler_logprob_gap"
     ]
     assert gap == pytest.approx(0.5)

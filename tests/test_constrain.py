@@ -142,7 +142,7 @@ def test_the_update_trains_on_constrained_answers(words: Path, tmp_path: Path) -
     assert [r["env/invalid_action_rate"] for r in records] == [0.0, 0.0]
     assert records[0]["losses/clipfrac"] == 0.0 and abs(records[0]["losses/approx_kl"]) < 1e-6
     assert abs(records[0]["charts/kl_to_reference"]) < 1e-6  # the reference is the untrained actor
-    assert trainer.constraint is not None and trainer.constraint.refused == 0
+    assert trainer.learner.constraint is not None and trainer.learner.constraint.refused == 0
 
 
 def test_what_cannot_be_constrained_is_one_clear_line(bpe: Path, words: Path) -> None:

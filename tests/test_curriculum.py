@@ -12,8 +12,8 @@ from toy_env import TOY_ID
 
 from verlog.config import ConfigError, load_config
 from verlog.models.tiny import build_tiny
-from verlog.ppo.curriculum import Curriculum
 from verlog.ppo.trainer import Trainer
+from verlog.runkit.curriculum import Curriculum
 from verlog.runkit.validate import validate
 
 

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_floors import ORDER, ROOT_FLOORS
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -234,6 +235,69 @@ def test_text_only_games_texts_are_what_the_script_makes(game: str) -> None:
     assert (ROOT / "docs" / "games" / "text" / f"{game}.txt").read_text() == text.rstrip("\n") + "\n", (
         f"docs/games/text/{game}.txt is stale: run python docs/gen_pictures.py {game}"
     )
+
+
+# ------------------------------------------------------------------------------------- the layout page
+SRC = ROOT / "src" / "verlog"
+
+
+def _layout_rows() -> list[tuple[list[str], list[str]]]:
+    """The Layout table of docs/development.md: each row's backticked names, in its path cell and in its
+    description."""
+    text = (ROOT / "docs" / "development.md").read_text()
+    table = text[text.index("**Layout.**") :].split("\n## ")[0]
+    rows = []
+    for line in table.splitlines():
+        if line.startswith("| `"):
+            path_cell, what = line.strip("| ").split(" | ", 1)
+            rows.append((re.findall(r"`([^`]+)`", path_cell), re.findall(r"`([^`]+)`", what)))
+    return rows
+
+
+def _source_floor(names: list[str]) -> str:
+    """The floor of a source row: its folder's, or its root modules' (one floor per row)."""
+    if names[0].endswith("/"):
+        return names[0].removeprefix("src/verlog/").strip("/")
+    floors = {ROOT_FLOORS[name.removeprefix("src/verlog/")] for name in names}
+    assert len(floors) == 1, f"the row of {names} holds modules of the floors {sorted(floors)}"
+    return floors.pop()
+
+
+def test_the_layout_page_says_the_floor_rule_and_the_preset_count_as_they_are() -> None:
+    text = (ROOT / "docs" / "development.md").read_text()
+    rule = "a floor imports only the floors below it"
+    assert rule in " ".join(text.split()), f"docs/development.md does not say {rule!r}"
+    counts = [int(n) for n in re.findall(r"the (\d+) presets", text)]
+    assert counts == [len(list((ROOT / "envs").glob("*.toml")))], "docs/development.md miscounts envs/*.toml"
+
+
+def test_the_layout_table_names_every_module_in_its_floor_and_in_the_floors_order() -> None:
+    rows = _layout_rows()
+    sources = [(paths, what) for paths, what in rows if paths[0].startswith("src/verlog/")]
+    problems = [f"{paths[0]} does not exist" for paths, _ in rows if not (ROOT / paths[0]).exists()]
+    named_roots = []
+    for paths, what in sources:
+        if not paths[0].endswith("/"):
+            named_roots += [name.removeprefix("src/verlog/") for name in paths]
+            continue
+        folder = ROOT / paths[0]
+        modules = {p.name for p in folder.glob("*.py")} - {"__init__.py", "__main__.py"}
+        modules |= {f"{p.name}/" for p in folder.iterdir() if (p / "__init__.py").is_file()}
+        problems += [f"{paths[0]}'s row does not name {m}" for m in sorted(modules - set(what))]
+        problems += [
+            f"{paths[0]}'s row names {name}, not in the folder"
+            for name in what
+            if name.endswith(".py") and "/" not in name and not (folder / name).is_file()
+        ]
+    roots = sorted(p.name for p in SRC.glob("*.py") if not p.name.startswith("__"))
+    problems += [f"no row names src/verlog/{name}" for name in roots if name not in named_roots]
+    problems += [f"src/verlog/{name} is named but is not there" for name in named_roots if name not in roots]
+    folders = sorted(f"src/verlog/{p.name}/" for p in SRC.iterdir() if (p / "__init__.py").is_file())
+    problems += [f"no row for {f}" for f in folders if f not in [paths[0] for paths, _ in sources]]
+    ranks = [ORDER.index(_source_floor(paths)) for paths, _ in sources]
+    if ranks != sorted(ranks):
+        problems.append(f"the rows are not in the floors' order {ORDER}: {[p[0] for p, _ in sources]}")
+    assert not problems, "docs/development.md's Layout disagrees with the tree:\n" + "\n".join(problems)
 
 
 # ---------------------------------------------------------------------------------------------- site

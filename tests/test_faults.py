@@ -70,13 +70,15 @@ def test_updates_that_skip_every_step_are_said_and_stop_the_run(
         return metrics
 
     monkeypatch.setattr(trainer_module, "compute_advantages", poisoned)
-    before = {k: v.clone() for k, v in trainer.actor.state_dict().items()}
+    before = {k: v.clone() for k, v in trainer.learner.models.actor.state_dict().items()}
     with pytest.raises(Diverged, match=r"^2 updates in a row skipped every optimiser step"):
         trainer.train()
     out = capsys.readouterr()
     assert "update 1: every optimiser step was skipped" in out.out + out.err
     assert "update 2: every optimiser step was skipped" in out.out + out.err
-    assert all(torch.equal(before[k], v) for k, v in trainer.actor.state_dict().items())  # nothing moved
+    assert all(
+        torch.equal(before[k], v) for k, v in trainer.learner.models.actor.state_dict().items()
+    )  # nothing moved
     assert trainer.update == 2
 
 

@@ -367,11 +367,11 @@ def test_a_grpo_run_has_no_critic_anywhere(tmp_path: Path, model_path: Path) -> 
         ],
     )
     trainer = Trainer(config)
-    assert trainer.critic is None and trainer.critic_optimizer is None
-    assert not any("critic" in type(m).__name__.lower() for m in trainer.actor.modules())
-    before = {k: v.clone() for k, v in trainer.actor.state_dict().items()}
+    assert trainer.learner.models.critic is None and trainer.learner.models.critic_optimizer is None
+    assert not any("critic" in type(m).__name__.lower() for m in trainer.learner.models.actor.modules())
+    before = {k: v.clone() for k, v in trainer.learner.models.actor.state_dict().items()}
     trainer.train()
-    assert any(not torch.equal(before[k], v) for k, v in trainer.actor.state_dict().items())
+    assert any(not torch.equal(before[k], v) for k, v in trainer.learner.models.actor.state_dict().items())
     lines = (trainer.run_dir / "metrics.jsonl").read_text().splitlines()
     records = [json.loads(line) for line in lines]
     assert all("losses/value_loss" not in r and "charts/value" not in r for r in records)
@@ -383,7 +383,7 @@ def test_a_grpo_run_has_no_critic_anywhere(tmp_path: Path, model_path: Path) -> 
     resumed = Trainer(
         load_config(trainer.run_dir / "config.toml", ["run.total_updates=3"]), resume=trainer.run_dir
     )
-    assert resumed.critic is None and resumed.rollout.batches == trainer.rollout.batches
+    assert resumed.learner.models.critic is None and resumed.rollout.batches == trainer.rollout.batches
     resumed.train()
     assert resumed.update == 3
 

@@ -127,7 +127,7 @@ def test_a_lora_run_trains_checkpoints_and_resumes(tmp_path: Path, model_path: P
         ],
     )  # fmt: skip
     first = Trainer(config)
-    assert isinstance(first.reference, AdapterDisabled)
+    assert isinstance(first.learner.models.reference, AdapterDisabled)
     first.train()
     kl = [m["charts/kl_to_reference"] for m in _records(first.run_dir)]
     assert kl[0] == 0.0 and kl[1] != 0.0  # the adapters moved the actor away from its base
@@ -136,17 +136,23 @@ def test_a_lora_run_trains_checkpoints_and_resumes(tmp_path: Path, model_path: P
     shutil.rmtree(resumed_dir / "checkpoints" / "000002")
     second = Trainer(load_config(resumed_dir / "config.toml"), resume=resumed_dir)
     second.train()
-    for a, b in ((first.actor, second.actor), (first.critic, second.critic)):
+    for a, b in (
+        (first.learner.models.actor, second.learner.models.actor),
+        (first.learner.models.critic, second.learner.models.critic),
+    ):
         wa, wb = a.state_dict(), b.state_dict()
         assert all(torch.equal(wa[k], wb[k]) for k in wa)
 
     from transformers import AutoModelForCausalLM
 
     exported = AutoModelForCausalLM.from_pretrained(first.run_dir / "checkpoints" / "000002" / "actor")
-    batch = collate(PROMPTS, RESPONSES, first.tokenizer.pad_token_id)
+    batch = collate(PROMPTS, RESPONSES, first.learner.tokenizer.pad_token_id)
     with torch.no_grad():
         torch.testing.assert_close(
-            actor_logprobs(exported, batch)[0], actor_logprobs(first.actor, batch)[0], atol=1e-5, rtol=0
+            actor_logprobs(exported, batch)[0],
+            actor_logprobs(first.learner.models.actor, batch)[0],
+            atol=1e-5,
+            rtol=0,
         )
 
 

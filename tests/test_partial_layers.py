@@ -74,14 +74,14 @@ def test_an_update_moves_only_the_trainable_layers(model_path: Path, tmp_path: P
     )
     trainer = Trainer(config)
     try:
-        actor = trainer.accelerator.unwrap_model(trainer.actor)
+        actor = trainer.accelerator.unwrap_model(trainer.learner.models.actor)
         before = {k: v.detach().clone() for k, v in actor.state_dict().items()}
         trainer.train_update()
         after = actor.state_dict()
         moved = {k for k in before if not torch.equal(before[k], after[k])}
         assert moved, "the top layer did not train"
         assert all(".layers.2." in k or k.startswith("model.norm") for k in moved), sorted(moved)
-        assert len(decoder_layers(trainer.accelerator.unwrap_model(trainer.critic))) == 1
+        assert len(decoder_layers(trainer.accelerator.unwrap_model(trainer.learner.models.critic))) == 1
     finally:
         trainer.envs.close()
         trainer.logger.close()

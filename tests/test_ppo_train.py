@@ -150,7 +150,10 @@ def test_resume_continues_exactly(tmp_path: Path, model_path: Path) -> None:
     for name in ("responses", "response_mask", "rewards", "masks", "bad_masks", "old_logprobs", "returns"):
         assert torch.equal(getattr(first.storage, name), getattr(second.storage, name)), name
     assert first.storage.prompts == second.storage.prompts
-    for a, b in ((first.actor, second.actor), (first.critic, second.critic)):
+    for a, b in (
+        (first.learner.models.actor, second.learner.models.actor),
+        (first.learner.models.critic, second.learner.models.critic),
+    ):
         wa, wb = _weights(a), _weights(b)
         assert all(torch.equal(wa[k], wb[k]) for k in wa)
 
@@ -215,10 +218,10 @@ def test_critic_pretraining_moves_the_critic_only(tmp_path: Path, model_path: Pa
             "ppo.critic_warmup_sample=1",
         )
     )
-    actor, critic = _weights(trainer.actor), _weights(trainer.critic)
+    actor, critic = _weights(trainer.learner.models.actor), _weights(trainer.learner.models.critic)
     trainer.warmup_critic()
-    assert all(torch.equal(actor[k], v) for k, v in _weights(trainer.actor).items())
-    assert not all(torch.equal(critic[k], v) for k, v in _weights(trainer.critic).items())
+    assert all(torch.equal(actor[k], v) for k, v in _weights(trainer.learner.models.actor).items())
+    assert not all(torch.equal(critic[k], v) for k, v in _weights(trainer.learner.models.critic).items())
     records = _records(trainer.run_dir)
     assert [r["warmup/iteration"] for r in records] == [1.0, 2.0]
     assert records[0]["losses/value_loss"] is not None and "losses/policy_loss" not in records[0]
@@ -242,7 +245,7 @@ def test_sharing_the_prompt_prefix_trains_the_same_weights(tmp_path: Path, model
         assert trainer.storage.share_prefix is share
         for _ in range(2):
             trainer.train_update()
-        weights[share] = (_weights(trainer.actor), _weights(trainer.critic))
+        weights[share] = (_weights(trainer.learner.models.actor), _weights(trainer.learner.models.critic))
         micro_batches = trainer.storage.micro_batches(trainer.storage.rows(), 512)
         assert any(m.batch.prefix_ids is not None for m in micro_batches) is share  # the history's head
         trainer.envs.close()

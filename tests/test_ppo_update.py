@@ -14,8 +14,9 @@ from verlog.config import PPOConfig
 from verlog.models.loading import load_models
 from verlog.models.tiny import build_tiny
 from verlog.ppo.advantages import gae_advantages
+from verlog.ppo.build import Models
 from verlog.ppo.forward import actor_logprobs
-from verlog.ppo.rollout import score
+from verlog.ppo.scoring import score
 from verlog.ppo.storage import TurnStorage
 from verlog.ppo.update import policy_loss, ppo_update, value_loss
 from verlog.sampling import TransformersSampler
@@ -77,7 +78,7 @@ def _storage(models, parts, turns: int = 2, envs: int = 2) -> TurnStorage:
 def _update(storage, parts, accelerator, **kwargs):
     config = PPOConfig(**{"entropy_coef": 0.0, **kwargs.pop("config", {})})
     kwargs["num_minibatches"] = len(storage.rows()) // kwargs.pop("minibatch_size")
-    return ppo_update(storage, **parts, accelerator=accelerator, config=config, **kwargs)
+    return ppo_update(storage, Models(**parts), accelerator=accelerator, config=config, **kwargs)
 
 
 def _logprobs(actor, storage) -> torch.Tensor:

@@ -161,7 +161,7 @@ def test_a_forced_collapse_rolls_back_lowers_the_rate_and_the_run_goes_on(
     ]  # the collapsed updates moved to metrics.dropped.jsonl
     assert rows[-1]["watchdog/rollbacks"] == 1 and math.isclose(rows[-1]["watchdog/actor_lr"], 0.003)
     assert trainer.update == 5 and (trainer.run_dir / "metrics.dropped.jsonl").is_file()
-    assert all(math.isclose(g["lr"], 0.003) for g in trainer.actor_optimizer.param_groups)
+    assert all(math.isclose(g["lr"], 0.003) for g in trainer.learner.models.actor_optimizer.param_groups)
 
 
 def test_the_actor_rate_follows_its_milestones_and_a_rollback_scales_the_scheduled_rate(
@@ -176,7 +176,9 @@ def test_the_actor_rate_follows_its_milestones_and_a_rollback_scales_the_schedul
     trainer.train()
     used = [r["charts/actor_lr"] for r in _rows(trainer.run_dir) if "charts/actor_lr" in r]
     assert used == pytest.approx([1e-3, 1e-3, 1e-4])
-    assert all(math.isclose(g["lr"], 1e-4) for g in trainer.actor_optimizer.param_groups)  # what AdamW used
+    assert all(
+        math.isclose(g["lr"], 1e-4) for g in trainer.learner.models.actor_optimizer.param_groups
+    )  # what AdamW used
     trainer.watchdog.lr_scale = 0.5  # as after a rollback: the scheduled rate, halved
     assert math.isclose(trainer.actor_lr_now(), 5e-5)
 
@@ -239,11 +241,11 @@ def test_a_sampled_panel_leaves_training_as_it_was_and_draws_the_same_each_time(
     assert training_rows("one-panel", "run.eval_every=3", *panel) == every_update
     # the same weights, the same draws: two panels sample the same answers, and the stream outside is untouched
     trainer = _tiny(tmp_path / "twice", "run.total_updates=1", *panel)
-    prompts = [trainer.tokenizer("Goal: go to the red ball.").input_ids] * 4
+    prompts = [trainer.learner.tokenizer("Goal: go to the red ball.").input_ids] * 4
     outside = torch.get_rng_state()
     with own_random_stream(900_000):
-        first = trainer.sampler.generate(prompts).texts
+        first = trainer.learner.sampler.generate(prompts).texts
     with own_random_stream(900_000):
-        second = trainer.sampler.generate(prompts).texts
+        second = trainer.learner.sampler.generate(prompts).texts
     assert first == second and len(set(first)) > 1  # sampled, not greedy: the four answers differ
     assert torch.equal(torch.get_rng_state(), outside)

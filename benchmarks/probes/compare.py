@@ -93,7 +93,7 @@ def run_one(method: str, seed: int, turns: int, config: Path, out: Path, overrid
             trainer.logger.log(trainer.train_update(), step=trainer.global_step)
     finally:
         trainer.close()
-    critic = trainer.critic
+    critic = trainer.learner.models.critic
     result = {
         "method": method,
         "seed": seed,
@@ -103,7 +103,7 @@ def run_one(method: str, seed: int, turns: int, config: Path, out: Path, overrid
         "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "critic": critic is not None,
         "critic_params": 0 if critic is None else sum(p.numel() for p in critic.parameters()),
-        "actor_params": sum(p.numel() for p in trainer.actor.parameters()),
+        "actor_params": sum(p.numel() for p in trainer.learner.models.actor.parameters()),
     }
     (trainer.run_dir / "result.json").write_text(json.dumps(result, indent=2) + "\n")
     return 0

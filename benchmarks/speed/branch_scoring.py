@@ -36,7 +36,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from verlog.ppo.rollout import score
+    from verlog.ppo.scoring import score
     from verlog.ppo.trainer import Trainer
 
     parser = _parser()
@@ -67,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for share in (False, True):
             storage.old_logprobs.zero_()
             clock = time.perf_counter()
-            score(storage, actor=trainer.actor, critic=None, reference=None,
+            score(storage, actor=trainer.learner.models.actor, critic=None, reference=None,
                   temperature=config.sampling.temperature, max_tokens=config.ppo.micro_batch_tokens,
                   device="cpu", share_prompts=share)  # fmt: skip
             seconds[share].append(time.perf_counter() - clock)

@@ -214,7 +214,7 @@ def measure(config: Config, updates: int, warmup: int, gpu: bool) -> dict[str, A
     trainer = Trainer(config)
     load_s = time.perf_counter() - started
     unwrap = trainer.accelerator.unwrap_model
-    models = {"actor": trainer.actor, "critic": trainer.critic}
+    models = {"actor": trainer.learner.models.actor, "critic": trainer.learner.models.critic}
     params = {name: linear_params(unwrap(m)) for name, m in models.items() if m is not None}
     sizes = {
         name: sum(p.numel() for p in unwrap(m).parameters()) for name, m in models.items() if m is not None

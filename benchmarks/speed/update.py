@@ -105,7 +105,9 @@ def measure(config: Config, updates: int, warmup: int) -> dict[str, Any]:
         trainer.close()
         shutil.rmtree(trainer.run_dir, ignore_errors=True)
     turns = T * config.env.num_envs * updates
-    params = sum(p.numel() for p in trainer.accelerator.unwrap_model(trainer.actor).parameters())
+    params = sum(
+        p.numel() for p in trainer.accelerator.unwrap_model(trainer.learner.models.actor).parameters()
+    )
     return {
         "device": str(trainer.accelerator.device),
         "mixed_precision": str(trainer.accelerator.mixed_precision),

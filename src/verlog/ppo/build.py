@@ -47,7 +47,8 @@ __all__ = ["Learner", "Models", "adamw", "build_models", "load_learner", "lora_s
 
 @dataclass
 class Models:
-    """What :func:`build_models` returns: prepared models and optimisers."""
+    """What :func:`build_models` returns: prepared models and optimisers, passed whole to scoring
+    (:func:`~verlog.ppo.scoring.score_batch`) and the update (:func:`~verlog.ppo.update.ppo_update`)."""
 
     actor: torch.nn.Module
     critic: torch.nn.Module | None
@@ -59,7 +60,9 @@ class Models:
 
 @dataclass
 class Learner:
-    """What :func:`load_learner` returns: the tokenizer, the prepared models and the sampler."""
+    """What :func:`load_learner` returns, the trainer's models as one bundle: the tokenizer, the prepared
+    models (:class:`Models`), the sampler that generates with the actor and the answer constraint. The trainer
+    holds it and passes it, or its :class:`Models`, whole."""
 
     tokenizer: Any
     models: Models

@@ -6,18 +6,16 @@ rate. Both restore the same things exactly: weights, optimisers, RNG states, sto
 (replayed), the curriculum stage, the counters; rows logged after the checkpoint move to ``*.dropped.jsonl``.
 
 :class:`TrainerCheckpoints` is a part of the trainer with a declared interface: it is given the run folder, the
-process setup, the models, the tokenizer and the watchdog when it is made, and reads the rest of the run only
-through :class:`Checkpointed` (the trainer's own state as a dict, and its envs' replay states). The files
-themselves (atomic writes, manifests, rotation) are :mod:`verlog.runkit.checkpoint`'s.
+process setup, the learner's bundle (models and tokenizer) and the watchdog when it is made, and reads the
+rest of the run only through :class:`Checkpointed` (the trainer's own state as a dict, and its envs' replay
+states). The files themselves (atomic writes, manifests, rotation) are :mod:`verlog.runkit.checkpoint`'s.
 """
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any, Protocol
-
-import torch
+from typing import TYPE_CHECKING, Any, Protocol
 
 from verlog.config import RunConfig
 from verlog.models.weights import export_pretrained, weights_checksum
@@ -25,6 +23,9 @@ from verlog.runkit.checkpoint import load_checkpoint, save_checkpoint
 from verlog.runkit.folder import best_checkpoint, checkpoint_dir, checkpoint_name, rewind
 from verlog.runkit.manifest import good_checkpoint
 from verlog.runkit.watchdog import Watchdog
+
+if TYPE_CHECKING:  # the bundle's type only
+    from verlog.ppo.build import Learner
 
 __all__ = ["Checkpointed", "TrainerCheckpoints"]
 
@@ -57,9 +58,7 @@ class TrainerCheckpoints:
         *,
         run_dir: Path,
         dist: Any,
-        actor: torch.nn.Module,
-        critic: torch.nn.Module | None,
-        tokenizer: Any,
+        learner: Learner,
         config: RunConfig,
         watchdog: Watchdog | None,
     ) -> None:
@@ -67,7 +66,8 @@ class TrainerCheckpoints:
         self.run_dir = run_dir
         self.dist = dist  # verlog.runkit.distributed.Dist: the accelerators and how weights are gathered
         self.accelerator = dist.actor
-        self.actor, self.critic, self.tokenizer = actor, critic, tokenizer
+        self.actor, self.critic = learner.models.actor, learner.models.critic  # the same modules all run long
+        self.tokenizer = learner.tokenizer
         self.config = config
         self.watchdog = watchdog
 

@@ -1,33 +1,28 @@
-"""Fill a TurnStorage: step N envs for T turns with a sampler, then score every turn with the models.
+"""Fill a TurnStorage: step N envs for T turns with a sampler, writing each turn into the storage.
 
 :class:`Rollout` owns the vector env, the prompt builder and the running episode statistics (which a
-checkpoint saves, so a resumed run counts an episode's return from its true start). :func:`score` runs the
-one forward path of :mod:`verlog.ppo.forward` over the stored turns: old log-probs (recomputed by the actor,
-so the PPO ratio starts at 1), reference log-probs, per-token values, the bootstrap values of slot T and the
-values of truncated episodes' final observations. The critic-free estimators' whole episodes are
-:mod:`verlog.ppo.group_rollout`'s.
+checkpoint saves, so a resumed run counts an episode's return from its true start). It plays and collects;
+scoring the collected turns with the models is :mod:`verlog.ppo.scoring`'s step, and the critic-free
+estimators' whole episodes are :mod:`verlog.ppo.group_rollout`'s.
 """
 
 from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import torch
-from torch import nn
 
 from verlog.models.prompts import PromptBuilder
 from verlog.ppo.calibration import BootstrapCalibration
-from verlog.ppo.forward import Batch, actor_logprobs, collate, critic_values, shared_prompt_logprobs
-from verlog.ppo.storage import SharedMicroBatch, TurnStorage, pack_by_tokens
+from verlog.ppo.storage import TurnStorage
 from verlog.runkit.samples import family_of
 from verlog.sampling import Sampler, valid_actions
 from verlog.vector import sub_env_info
 
-__all__ = ["Rollout", "score", "score_batch", "state_values"]
+__all__ = ["Rollout"]
 
 
 class Rollout:
@@ -67,8 +62,10 @@ class Rollout:
     def collect(self, storage: TurnStorage, samples: list[dict[str, Any]] | None = None) -> dict[str, float]:
         """Run ``storage.num_turns`` turns from the prompts in slot 0; return the rollout metrics.
 
-        When ``samples`` is a list, every turn is appended to it as a dict of :class:`verlog.runkit.samples.TurnSample`
-        fields, with ``prompt_ids`` instead of the prompt text (decoding is left to the few that are kept).
+        When ``samples`` is a list, every turn is appended to it as a dict of
+        :class:`verlog.runkit.samples.TurnSample` fields, with ``prompt_ids`` instead of the prompt text
+        (decoding is left to the few that are kept). Its length is the turn loop read in one place: generate,
+        step, count, insert.
         """
         clock: dict[str, float] = defaultdict(float)
         episodes: dict[str, list[float]] = defaultdict(list)
@@ -225,185 +222,3 @@ class Rollout:
         self.episode_return = np.array(state["episode_return"], dtype=np.float64)
         self.episode_length = np.array(state["episode_length"], dtype=np.int64)
         self.episode_index = np.array(state["episode_index"], dtype=np.int64)
-
-
-@torch.no_grad()
-def state_values(
-    critic: nn.Module,
-    prompts: Sequence[list[int]],
-    *,
-    pad_id: int,
-    max_tokens: int,
-    device: Any,
-    common_count: Callable[[int], int] | None = None,
-) -> torch.Tensor:
-    """V(prompt) for each prompt: the critic's output at its last token.
-
-    ``common_count(n)`` is the number of forward passes every process runs when the passes are collective
-    (DeepSpeed with several processes); this one pads with passes on a one-token batch.
-    """
-    values = torch.zeros(len(prompts))
-    groups = pack_by_tokens([(len(p), 0) for p in prompts], max_tokens)
-    for group in groups:
-        batch = collate([prompts[i] for i in group], [[] for _ in group], pad_id).to(device)
-        values[group] = critic_values(critic, batch)[:, 0].cpu()
-    for _ in range(_padding(common_count, len(groups))):
-        critic_values(critic, _idle_batch(pad_id, device))
-    return values
-
-
-@torch.no_grad()
-def score(
-    storage: TurnStorage,
-    *,
-    actor: nn.Module | None,
-    critic: nn.Module | None,
-    reference: nn.Module | None,
-    temperature: float,
-    max_tokens: int,
-    device: Any,
-    common_count: Callable[[int], int] | None = None,
-    share_prompts: bool = True,
-) -> None:
-    """Fill old/ref log-probs (when the models are given), token values, values and truncated values
-    (when the critic is given: a critic-free estimator has none).
-
-    ``common_count``: as in :func:`state_values`, for collective forward passes.
-
-    Rows that repeat a prompt (a played turn and its one-step branches) get their log-probs with the prompt run
-    once (:meth:`TurnStorage.shared_prompt_batches`; ``share_prompts=False`` runs every row whole, as a benchmark
-    compares), except under collective forward passes, where every process must run the same passes.
-    """
-    rows = storage.rows()
-    scorers = [
-        (m, target)
-        for m, target in ((actor, storage.old_logprobs), (reference, storage.ref_logprobs))
-        if m is not None
-    ]
-    sharing = share_prompts and scorers and common_count is None
-    shared = storage.shared_prompt_batches(rows, max_tokens) if sharing else []
-    grouped = {row for micro in shared for row in micro.rows}
-    together = not grouped  # no repeated prompt: the critic and the actor read the same micro-batches
-    micros = list(storage.micro_batches(rows, max_tokens)) if critic is not None or together else []
-    for _ in range(_padding(common_count, len(micros))):
-        batch = _idle_batch(storage.pad_id, device)
-        if critic is not None:
-            critic_values(critic, batch)
-        for model, _target in scorers:
-            actor_logprobs(model, batch, temperature)
-    for micro in micros:
-        batch = micro.batch.to(device)
-        ts, ns = _indices(micro.rows)
-        r_len, mask = batch.response_len, batch.response_mask.cpu()
-        if critic is not None:
-            values = critic_values(critic, batch).cpu()
-            storage.token_values[ts, ns] = 0.0
-            storage.token_values[ts, ns, :r_len] = values[:, :r_len] * mask
-            storage.values[ts, ns] = values[:, 0]
-        for model, target in scorers if together else ():
-            logprobs, _ = actor_logprobs(model, batch, temperature)
-            target[ts, ns] = 0.0
-            target[ts, ns, :r_len] = logprobs.cpu() * mask
-    if not together:
-        lone = [row for row in rows if row not in grouped]
-        _score_logprobs(
-            storage, scorers, lone, shared, temperature=temperature, max_tokens=max_tokens, device=device
-        )
-    if critic is None:
-        return
-    T = storage.num_turns
-    keys = sorted(storage.final_prompts)
-    prompts = storage.prompts[T] + [storage.final_prompts[k] for k in keys]
-    values = state_values(
-        critic,
-        prompts,
-        pad_id=storage.pad_id,
-        max_tokens=max_tokens,
-        device=device,
-        common_count=common_count,
-    )
-    storage.values[T] = values[: storage.num_envs]
-    storage.truncated_values.zero_()
-    for (t, n), value in zip(keys, values[storage.num_envs :].tolist(), strict=True):
-        storage.truncated_values[t, n] = value
-
-
-def score_batch(
-    storage: TurnStorage,
-    *,
-    actor: nn.Module,
-    critic: nn.Module | None,
-    reference: nn.Module | None,
-    logprobs: bool,
-    reuse_sampler_logprobs: bool,
-    temperature: float,
-    max_tokens: int,
-    device: Any,
-    common_count: Callable[[int], int] | None = None,
-) -> dict[str, float]:
-    """:func:`score` a collected batch and return what scoring found. ``logprobs=False`` scores the values
-    alone (critic pre-training); with ``reuse_sampler_logprobs`` the sampler's log-probs are the old ones (the
-    weights have not moved since sampling), so the actor does not score them again."""
-    clock = time.perf_counter()
-    reuse = logprobs and reuse_sampler_logprobs
-    score(
-        storage,
-        actor=actor if logprobs and not reuse else None,
-        critic=critic,
-        reference=reference if logprobs else None,
-        temperature=temperature,
-        max_tokens=max_tokens,
-        device=device,
-        common_count=common_count,
-    )
-    if reuse:
-        storage.old_logprobs.copy_(storage.sampler_logprobs)
-    metrics = {"time/score": time.perf_counter() - clock}
-    metrics.update(
-        storage.score_metrics(
-            values=critic is not None,
-            old_logprobs=logprobs and not reuse,
-            reference=logprobs and not reuse and reference is not None,
-        )
-    )
-    return metrics
-
-
-def _score_logprobs(
-    storage: TurnStorage,
-    scorers: list[tuple[nn.Module, torch.Tensor]],
-    lone: list[tuple[int, int]],
-    shared: list[SharedMicroBatch],
-    *,
-    temperature: float,
-    max_tokens: int,
-    device: Any,
-) -> None:
-    """Each scorer's log-probs into its target: ``lone`` rows packed as usual, ``shared`` ones a prompt once."""
-    for micro in storage.micro_batches(lone, max_tokens) if lone else ():
-        batch = micro.batch.to(device)
-        ts, ns = _indices(micro.rows)
-        for model, target in scorers:
-            logprobs, _ = actor_logprobs(model, batch, temperature)
-            target[ts, ns] = 0.0
-            target[ts, ns, : batch.response_len] = logprobs.cpu() * batch.response_mask.cpu()
-    for shared_micro in shared:
-        shared_batch = shared_micro.batch.to(device)
-        ts, ns = _indices(shared_micro.rows)
-        for model, target in scorers:
-            logprobs = shared_prompt_logprobs(model, shared_batch, temperature).cpu()
-            target[ts, ns] = 0.0
-            target[ts, ns, : logprobs.shape[1]] = logprobs
-
-
-def _indices(rows: Sequence[tuple[int, int]]) -> tuple[torch.Tensor, torch.Tensor]:
-    return torch.tensor([t for t, _ in rows]), torch.tensor([n for _, n in rows])
-
-
-def _padding(common_count: Callable[[int], int] | None, count: int) -> int:
-    return 0 if common_count is None else common_count(count) - count
-
-
-def _idle_batch(pad_id: int, device: Any) -> Batch:
-    """A one-token prompt with a one-token response: a forward pass that only keeps collectives in step."""
-    return collate([[pad_id]], [[pad_id]], pad_id).to(device)

@@ -186,23 +186,6 @@ class TurnStorage:
         self.step = 0
 
     # ------------------------------------------------------------------ batching
-    def score_metrics(self, *, values: bool, old_logprobs: bool, reference: bool) -> dict[str, float]:
-        """What scoring found, per response token: the mean value, how far the sampler's log-probs are from the
-        learner's (the same weights: kernels and precision only), and the KL to the reference."""
-        mask = self.response_mask
-        tokens = mask.sum().clamp(min=1)
-        metrics = {}
-        if values:
-            metrics["charts/value"] = float(self.values[:-1].mean())
-        if old_logprobs:
-            S = self.sampled_columns
-            gap = (self.sampler_logprobs[:, :S] - self.old_logprobs[:, :S]).abs() * mask[:, :S]
-            metrics["charts/sampler_logprob_gap"] = float(gap.sum() / mask[:, :S].sum().clamp(min=1))
-        if reference:
-            kl = (self.old_logprobs - self.ref_logprobs) * mask
-            metrics["charts/kl_to_reference"] = float(kl.sum() / tokens)
-        return metrics
-
     def like(self, num_turns: int) -> TurnStorage:
         """An empty storage of ``num_turns`` turns for the same envs and settings (critic pre-training's)."""
         storage = TurnStorage(num_turns, self.num_envs, self.max_response_tokens, self.pad_id)
@@ -361,9 +344,14 @@ class GroupStorage(TurnStorage):
         self.branch_rewards.clear()
         self.branch_valid.clear()
 
-    def reset_first(self, prompts: Sequence[list[int]]) -> None:
-        """The envs' first prompts in their columns; any branch columns after them keep their place."""
+    def reset_first(
+        self, prompts: Sequence[list[int]], actions: Sequence[tuple[str, ...] | None] | None = None
+    ) -> None:
+        """The envs' first prompts (and valid actions) in their columns; any branch columns after them keep
+        their place. The trainer calls it as it calls a :class:`TurnStorage`'s."""
         self.prompts[0][: len(prompts)] = [list(p) for p in prompts]
+        if actions is not None:
+            self.actions[0][: len(actions)] = list(actions)
 
     def forget(self, n: int, anchor: str = "") -> None:
         """Drop env n's turns and branches (its group is played again); its next episode starts at ``anchor``."""

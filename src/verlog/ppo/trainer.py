@@ -1,8 +1,12 @@
-"""The training loop: per update, T turns from each of N envs, returns, PPO update, log, checkpoint.
+"""The training loop: per update, collect a batch, score it, advantages, PPO update, log, checkpoint.
 
-Before the actor moves, optional critic pre-training collects W batches once and runs S critic-only
-iterations, recomputing values and targets with the improving critic each time (Verlog's warm-up, without
-its two faults: the actor's first update uses fresh data, and log-probs are not recomputed each iteration).
+The batch is the estimator's: T turns from each of N envs (with a critic), or N whole episodes in groups (the
+critic-free estimators). The models are one bundle (:class:`~verlog.ppo.build.Learner`), passed whole.
+
+With a critic, before the actor moves, optional critic pre-training collects W batches once and runs S
+critic-only iterations, recomputing values and targets with the improving critic each time (Verlog's
+warm-up, without its two faults: the actor's first update uses fresh data, and log-probs are not recomputed
+each iteration).
 
 The same loop runs on one process or many (``accelerate launch``, see :mod:`verlog.runkit.distributed`): each
 process steps its own N envs (seeds ``seed + rank * N``, disjoint), generates for them and scores them; the
@@ -26,13 +30,13 @@ from verlog.evaluation.panel import panel_line, play_panel
 from verlog.models.loading import LoraSpec
 from verlog.models.prompts import PromptBuilder, prompt_builder
 from verlog.ppo.advantages import compute_advantages
-from verlog.ppo.build import load_learner, lora_spec, make_batches
+from verlog.ppo.build import Learner, load_learner, lora_spec, make_batches
 from verlog.ppo.checkpoints import TrainerCheckpoints
-from verlog.ppo.curriculum import Curriculum, stage_envs
-from verlog.ppo.rollout import score_batch
+from verlog.ppo.scoring import score_batch
 from verlog.ppo.storage import TurnStorage
 from verlog.ppo.update import ppo_update
 from verlog.quiet import attach_run_log, detail
+from verlog.runkit.curriculum import Curriculum, stage_envs
 from verlog.runkit.distributed import (
     from_main_process,
     init_processes,
@@ -62,14 +66,7 @@ class Trainer:
             torch.set_num_threads(config.run.torch_threads)
         lora = lora_spec(config.model)
         self._start_processes(resume, lora)
-        learner = load_learner(config, self.dist, lora)
-        self.tokenizer, self.sampler = learner.tokenizer, learner.sampler
-        self.constraint = learner.constraint
-        m = learner.models
-        self.actor, self.critic, self.reference = m.actor, m.critic, m.reference
-        self.reference_engine = m.reference_engine
-        self.actor_optimizer, self.critic_optimizer = m.actor_optimizer, m.critic_optimizer
-        backend, reason = learner.backend, learner.backend_reason
+        self.learner: Learner = load_learner(config, self.dist, lora)  # the models, sampler, constraint
         prompts = self._assemble()
         if resume is None:
             observations, infos = self.envs.reset()
@@ -78,7 +75,7 @@ class Trainer:
             )
         else:
             self.checkpoints.resume()  # last: it restores the RNG states
-        self._open_run(backend, reason, prompts)
+        self._open_run(self.learner.backend, self.learner.backend_reason, prompts)
 
     def _start_processes(self, resume: str | Path | None, lora: LoraSpec | None) -> None:
         """The processes, the sizes that follow from their number, the run folder and the accelerators."""
@@ -114,13 +111,13 @@ class Trainer:
         self.envs = self._make_envs()
         self.watchdog = Watchdog(config.watchdog) if config.watchdog.enabled else None
         self.best_score = -math.inf  # the validation panel's best score so far
-        prompts = prompt_builder(self.tokenizer, config.prompt, config.env.id)
+        prompts = prompt_builder(self.learner.tokenizer, config.prompt, config.env.id)
         self.rollout, self.storage = make_batches(
             config,
             self.envs,
-            self.sampler,
+            self.learner.sampler,
             prompts,
-            self.tokenizer.pad_token_id,
+            self.learner.tokenizer.pad_token_id,
             rank=self.accelerator.process_index,
             world_size=self.derived.world_size,
             any_running=self._any_running if self.dist.lockstep else None,
@@ -128,7 +125,7 @@ class Trainer:
         self.storage.share_prefix = (
             config.ppo.share_prompt_prefix and not self.dist.lockstep
         )  # aligned collectives
-        self.storage.constraint = self.constraint
+        self.storage.constraint = self.learner.constraint
         self.update = 0
         self.global_step = 0
         # No critic, nothing to pre-train.
@@ -138,9 +135,7 @@ class Trainer:
             self,
             run_dir=self.run_dir,
             dist=self.dist,
-            actor=self.actor,
-            critic=self.critic,
-            tokenizer=self.tokenizer,
+            learner=self.learner,
             config=config.run,
             watchdog=self.watchdog,
         )
@@ -187,7 +182,7 @@ class Trainer:
         self.panel_prompts = (
             prompts
             if panel_env == config.env.id
-            else prompt_builder(self.tokenizer, config.prompt, panel_env)
+            else prompt_builder(self.learner.tokenizer, config.prompt, panel_env)
         )
 
     def _rebuild_envs(self) -> None:
@@ -221,8 +216,9 @@ class Trainer:
 
     def _guarded(self) -> dict[str, torch.nn.Module | None]:
         """The models whose weights :class:`~verlog.runkit.faults.Guard` checks (no critic: critic-free algos)."""
-        critic = None if self.critic is None else self._unwrap(self.critic)
-        return {"actor": self._unwrap(self.actor), "critic": critic}
+        models = self.learner.models
+        critic = None if models.critic is None else self._unwrap(models.critic)
+        return {"actor": self._unwrap(models.actor), "critic": critic}
 
     def _unwrap(self, model: torch.nn.Module) -> torch.nn.Module:
         """The model without its DDP or DeepSpeed wrapper: generation and no-grad scoring call it directly."""
@@ -289,9 +285,9 @@ class Trainer:
 
     def _panel(self) -> dict[str, float]:
         """Play the validation panel on the current weights (:mod:`verlog.evaluation.panel`); one console line."""
-        self.sampler.update_weights()
-        metrics = play_panel(self.config, self.sampler, self.panel_prompts)
-        self.sampler.offload()
+        self.learner.sampler.update_weights()
+        metrics = play_panel(self.config, self.learner.sampler, self.panel_prompts)
+        self.learner.sampler.offload()
         self.logger.print(panel_line(self.update, metrics))
         return metrics
 
@@ -317,7 +313,7 @@ class Trainer:
     def _apply_actor_lr(self) -> None:
         """Set the actor's rate before each update (the only place the actor trains): the schedule with the
         watchdog's rollbacks applied, whatever rate a loaded optimiser state was saved with."""
-        for group in self.actor_optimizer.param_groups:
+        for group in self.learner.models.actor_optimizer.param_groups:
             group["lr"] = self.actor_lr_now()
 
     def actor_lr_now(self) -> float:
@@ -330,15 +326,15 @@ class Trainer:
         cfg = self.config
         start = time.perf_counter()
         self._apply_actor_lr()  # the schedule's rate for this update
-        self.sampler.update_weights()
-        sync = getattr(self.sampler, "weight_sync_seconds", 0.0)  # 0 for the transformers sampler
+        self.learner.sampler.update_weights()
+        sync = getattr(self.learner.sampler, "weight_sync_seconds", 0.0)  # 0 for the transformers sampler
         every = cfg.run.samples_every
         # Numbered as logged (update 1 is the first): samples of update k, 2k, ... and so of the last.
         turns: list[dict[str, Any]] | None = [] if every and (self.update + 1) % every == 0 else None
         metrics = self.rollout.collect(self.storage, samples=turns)
         metrics["time/weight_sync"] = sync
         metrics["charts/actor_lr"] = self.actor_lr_now()
-        self.sampler.offload()
+        self.learner.sampler.offload()
         metrics.update(self._score(self.storage, logprobs=True))
         if self.rollout.calibration is not None:  # V(s_T), to be set against the return that follows it
             self.rollout.calibration.open(self.storage.values[-1].tolist())
@@ -370,9 +366,9 @@ class Trainer:
         self.logger.print(
             f"critic pre-training: {self.derived.warmup_turns} turns per env, {ppo.critic_warmup_iters} iterations"
         )
-        self.sampler.update_weights()
+        self.learner.sampler.update_weights()
         collected = self.rollout.collect(storage)
-        self.sampler.offload()
+        self.learner.sampler.offload()
         self.global_step += self.derived.warmup_turns * self.storage.num_envs * self.derived.world_size
         for iteration in range(1, ppo.critic_warmup_iters + 1):
             metrics = dict(collected) if iteration == 1 else {}
@@ -454,7 +450,7 @@ class Trainer:
             return
         picked = pick_turns(turns, self.config.run.samples_per_family, self.sample_rng)
         records = decoded_samples(
-            picked, self.tokenizer.decode, update=self.update, global_step=self.global_step
+            picked, self.learner.tokenizer.decode, update=self.update, global_step=self.global_step
         )
         self.samples.write_many(records)
         self.logger.log_samples(records, step=self.global_step)
@@ -465,9 +461,8 @@ class Trainer:
         with self.accelerator.autocast():
             return score_batch(
                 storage,
-                actor=self._unwrap(self.actor),
-                critic=None if self.critic is None else self._unwrap(self.critic),
-                reference=self.reference,
+                self.learner.models,
+                unwrap=self._unwrap,
                 logprobs=logprobs,
                 reuse_sampler_logprobs=self.config.ppo.reuse_sampler_logprobs,
                 temperature=self.config.sampling.temperature,
@@ -482,10 +477,7 @@ class Trainer:
         count = self.config.ppo.num_minibatches if limit is None else limit // self.derived.minibatch_turns
         return ppo_update(
             storage,
-            actor=self.actor,
-            critic=self.critic,
-            actor_optimizer=self.actor_optimizer,
-            critic_optimizer=self.critic_optimizer,
+            self.learner.models,
             accelerator=self.dist.actor,
             critic_accelerator=self.dist.critic,
             config=self.config.ppo,

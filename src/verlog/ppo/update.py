@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
@@ -34,6 +34,9 @@ from torch import Tensor, nn
 from verlog.config import PPOConfig
 from verlog.ppo.forward import actor_logprobs, critic_values
 from verlog.ppo.storage import MicroBatch, TurnStorage
+
+if TYPE_CHECKING:  # the bundle's type only: the loss does not depend on how the models are built
+    from verlog.ppo.build import Models
 
 __all__ = ["explained_variance", "policy_loss", "ppo_update", "value_loss"]
 
@@ -92,11 +95,8 @@ def explained_variance(predicted: Tensor, target: Tensor, mask: Tensor) -> float
 
 def ppo_update(
     storage: TurnStorage,
+    models: Models,
     *,
-    actor: nn.Module,
-    critic: nn.Module | None,
-    actor_optimizer: torch.optim.Optimizer,
-    critic_optimizer: torch.optim.Optimizer | None,
     accelerator: Any,
     config: PPOConfig,
     num_minibatches: int,
@@ -105,7 +105,8 @@ def ppo_update(
     limit: int | None = None,
     critic_accelerator: Any = None,
 ) -> dict[str, float]:
-    """Run ``config.epochs`` passes of minibatch steps over the storage; return the metrics.
+    """Run ``config.epochs`` passes of minibatch steps over the storage, training ``models``' actor and critic
+    with their optimisers; return the metrics.
 
     ``accelerator`` prepared the actor, ``critic_accelerator`` the critic (the same one unless DeepSpeed,
     which needs one per model). ``train_actor=False`` trains the critic alone (critic pre-training);
@@ -113,6 +114,8 @@ def ppo_update(
     ``num_minibatches`` minibatches (one optimiser step each).
     """
     accelerators = _Accelerators(accelerator, critic_accelerator or accelerator)
+    actor, critic = models.actor, models.critic
+    actor_optimizer, critic_optimizer = models.actor_optimizer, models.critic_optimizer
     metrics = {}
     if critic is not None:
         metrics["losses/explained_variance"] = explained_variance(

@@ -7,6 +7,7 @@
 - ``launch``: the ``verlog launch`` command and what each launched process checks;
 - ``distributed``: process setup and collectives; ``faults``: diverged runs and skipped updates;
 - ``watchdog``: the collapse watchdog (a run's health, judged from its metrics) and where it rolls back to;
+- ``curriculum``: stages of env difficulty, advanced on recent success (the trainer rebuilds its envs);
 - ``validate``: every check of a :class:`verlog.config.Config` before a run starts.
 
 It never imports :mod:`verlog.ppo` (the learner, a floor above); the learner, ``verlog eval`` and
