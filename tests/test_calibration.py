@@ -31,3 +31,16 @@ def test_a_record_whose_discount_faded_closes_without_waiting_for_the_end() -> N
     assert calibration.metrics() == {}
     calibration.step([1.0], [False])
     assert calibration.metrics()["critic/bootstrap_return"] == pytest.approx(sum(0.5**k for k in range(7)))
+
+
+def test_its_state_round_trips_so_a_resumed_run_closes_the_same_pairs() -> None:
+    import json
+
+    original = BootstrapCalibration(num_envs=1, gamma=0.5)
+    original.open([1.0])
+    original.step([2.0], [False])
+    copy = BootstrapCalibration(num_envs=1, gamma=0.5)
+    copy.load_state_dict(json.loads(json.dumps(original.state_dict())))
+    for calibration in (original, copy):
+        calibration.step([4.0], [True])
+    assert copy.metrics() == original.metrics()

@@ -53,6 +53,17 @@ class BootstrapCalibration:
                     keep.append(record)
             self.open_records[n] = keep
 
+    def state_dict(self) -> dict[str, list]:
+        """The open records and the closed pairs not yet reported (plain lists, for a JSON checkpoint)."""
+        return {
+            "open": [[[r.value, r.realised, r.discount] for r in records] for records in self.open_records],
+            "closed": [list(pair) for pair in self.closed],
+        }
+
+    def load_state_dict(self, state: dict[str, list]) -> None:
+        self.open_records = [[_Open(*record) for record in records] for records in state["open"]]
+        self.closed = [(float(v), float(r)) for v, r in state["closed"]]
+
     def metrics(self) -> dict[str, float]:
         """The pairs closed since the last call: mean value, mean return, mean error (value - return) and mean
         absolute error; nothing when none closed."""

@@ -64,8 +64,7 @@ class Rollout:
 
         When ``samples`` is a list, every turn is appended to it as a dict of
         :class:`verlog.runkit.samples.TurnSample` fields, with ``prompt_ids`` instead of the prompt text
-        (decoding is left to the few that are kept). Its length is the turn loop read in one place: generate,
-        step, count, insert.
+        (decoding is left to the few that are kept).
         """
         clock: dict[str, float] = defaultdict(float)
         episodes: dict[str, list[float]] = defaultdict(list)
@@ -212,13 +211,18 @@ class Rollout:
         self.episode_index[n] += 1
 
     def state_dict(self) -> dict[str, Any]:
-        return {
+        state = {
             "episode_return": self.episode_return.copy(),
             "episode_length": self.episode_length.copy(),
             "episode_index": self.episode_index.copy(),
         }
+        if self.calibration is not None:  # open records: a resumed run closes them as the original would
+            state["calibration"] = self.calibration.state_dict()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.episode_return = np.array(state["episode_return"], dtype=np.float64)
         self.episode_length = np.array(state["episode_length"], dtype=np.int64)
         self.episode_index = np.array(state["episode_index"], dtype=np.int64)
+        if self.calibration is not None and "calibration" in state:  # absent in a checkpoint from before it
+            self.calibration.load_state_dict(state["calibration"])
