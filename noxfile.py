@@ -118,6 +118,15 @@ def learn_crafter(session: nox.Session) -> None:
 
 
 @nox.session
+def learn_crafter_constrained(session: nox.Session) -> None:
+    """learn_crafter with every answer constrained to the valid actions (-- --seed N): what the constraint buys."""
+    session.run(
+        "python", "-m", "benchmarks.demos.learn_crafter", "--stem", "learn_crafter_constrained",
+        "sampling.constrain=actions", "run.name=learn-crafter-constrained", *session.posargs,
+    )  # fmt: skip
+
+
+@nox.session
 def learn_crafter_real(session: nox.Session) -> None:
     """SmolLM2-135M-Instruct on Crafter, 200-step episodes, judged against it zero-shot and random (-- --seed N)."""
     session.run(

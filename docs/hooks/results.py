@@ -38,6 +38,10 @@ RESULTS = ROOT / "benchmarks" / "results"
 DEMONSTRATIONS: list[tuple[str, str]] = [
     ("learn.json", "Tiny random model, BabyAI GoTo (`nox -s learn`)"),
     ("learn_crafter.json", "Tiny random model, Crafter, ~170-turn episodes (`nox -s learn_crafter`)"),
+    (
+        "learn_crafter_constrained.json",
+        "The same, every answer constrained to the valid actions (`nox -s learn_crafter_constrained`)",
+    ),
     ("learn_crafter_real.json", "SmolLM2-135M, Crafter, 200-step episodes (`nox -s learn_crafter_real`)"),
     ("learn_real.json", "SmolLM2-135M, BabyAI GoTo in a 5×5 room (`nox -s learn_real`)"),
     ("learn_goto.json", "SmolLM2-135M, BALROG's GoTo through a curriculum (`nox -s learn_goto`)"),
@@ -99,12 +103,13 @@ def _first(block: Mapping[str, Any] | None, *keys: str) -> Any:
 
 
 def figure(block: Mapping[str, Any] | None) -> str:
-    """A before/after block's headline figure: success in %, else progression or return, with its SE."""
+    """A before/after block's headline figure: Crafter's score (a Crafter block also counts a success that
+    never comes), else success in %, else progression or return, with its SE."""
     if not block:
         return ""
     for key, percent in (
-        ("success", True),
         ("crafter_score", False),
+        ("success", True),
         ("progression", True),
         ("return", False),
     ):
@@ -129,7 +134,7 @@ def _approximate(block: Mapping[str, Any] | None) -> str:
 
 
 def _metric(block: Mapping[str, Any] | None) -> str:
-    for key, label in (("success", "success"), ("crafter_score", "Crafter score"), ("progression", "progression"),
+    for key, label in (("crafter_score", "Crafter score"), ("success", "success"), ("progression", "progression"),
                        ("return", "return")):  # fmt: skip
         if block and _number(block.get(key)) is not None:
             return label
