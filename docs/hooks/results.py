@@ -410,7 +410,10 @@ def constrained_vs_free(
     header = ["seed", "return, free", "return, constrained", "Crafter score, free", "Crafter score, constrained",
               "free model's invalid answers", "turns to the free run's final training return", "free passes",
               "constrained passes"]  # fmt: skip
-    return table(header, rows)
+    text = table(header, rows)
+    if APPROXIMATE in text:
+        text += f"\n\n{APPROXIMATE} SE from the stored achievement rates alone (the free runs' episodes were not kept)."
+    return text
 
 
 def _zs(row: Mapping[str, Any], gain: str) -> str:
