@@ -6,12 +6,14 @@ learner learns, these tests only make sure its arithmetic cannot pass a learner 
 from __future__ import annotations
 
 import importlib
+import io
 import json
 import math
 import sys
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 ROOT = Path(__file__).resolve().parents[1]
 learn = importlib.import_module("benchmarks.demos.learn")
@@ -175,45 +177,100 @@ def test_a_results_file_is_judged_again_against_random(
 
 
 def test_the_tiny_demo_must_beat_the_initial_model_and_random() -> None:
-    """benchmarks/demos/learn.py's evaluation rule: the trained model beats both by >= 3 SE of the difference."""
-    initial = {"success": 0.10, "se": 0.03}
-    random = {"success": 0.25, "se": 0.03}
+    """benchmarks/demos/learn.py's evaluation rule: the trained model beats both by >= 3 SE of the difference;
+    the seed's ``z`` is the held-out gain over the initial model (the windows' when nothing was played)."""
+    initial = {"success": 0.10, "success_se": 0.03}
+    random = {"success": 0.25, "success_se": 0.03}
     result = learn.judge_evaluation(
-        {"initial": initial, "trained": {"success": 0.39, "se": 0.04}, "random": random}
+        {"initial": initial, "trained": {"success": 0.39, "success_se": 0.04}, "random": random}
     )
     assert result["vs_initial"]["z"] == pytest.approx(5.8) and result["vs_random"]["z"] == pytest.approx(2.8)
     assert not result["passed"]
     result = learn.judge_evaluation(
-        {"initial": initial, "trained": {"success": 0.41, "se": 0.04}, "random": random}
+        {"initial": initial, "trained": {"success": 0.41, "success_se": 0.04}, "random": random}
     )
     assert result["vs_random"]["z"] == pytest.approx(3.2) and result["passed"]
-    report = learn._with_verdict({"passed": True}, True, None)  # evaluation skipped: the windows decide
-    assert report["passed"] and report["evaluation_verdict"] is None
-    assert not learn._with_verdict({}, False, {"initial": initial, "trained": {"success": 0.9, "se": 0.03},
-                                               "random": random})["passed"]  # fmt: skip
+    windows = {"z": 6.0, "passed": True}
+    entry = learn.with_verdict({"seed": 1}, windows, None)  # evaluation skipped: the windows decide
+    assert entry["passed"] and entry["evaluation_verdict"] is None and entry["z"] == 6.0
+    good = {"initial": initial, "trained": {"success": 0.41, "success_se": 0.04}, "random": random}
+    entry = learn.with_verdict({"seed": 1}, windows, good)
+    assert entry["passed"] and entry["z"] == pytest.approx(31 / 5) and entry["trained"]["success"] == 0.41
+    assert not learn.with_verdict({}, {"z": 2.0, "passed": False}, good)["passed"]
+
+
+def _one_run_file() -> dict:
+    """A learn.json from before it was kept per seed: verlog eval's figures, the invalid rate in %."""
+    env = {"id": "verlog/BabyAI-GoTo-v0", "kwargs": {"invalid_action_penalty": 0.0}, "memory": "none",
+           "memory_kwargs": {}, "num_envs": 32}  # fmt: skip
+    block = {"episodes": 96, "invalid_action_rate": 40.0, "mean_length": 9.0}
+    return {
+        "config": {"run": {"seed": 1}, "env": env}, "wall_s": 600.0, "updates": 100, "curve": [],
+        "first": {"success": 0.4, "se": 0.07}, "last": {"success": 0.9, "se": 0.02}, "gap": 0.5,
+        "gap_se": 0.073, "z": 6.0, "passed": True, "z_required": 3.0,
+        "evaluation": {"initial": {**block, "success": 0.10, "se": 0.03},
+                       "trained": {**block, "success": 0.39, "se": 0.04}},
+    }  # fmt: skip
 
 
 def test_the_tiny_demo_results_are_judged_again_against_random(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``learn.py --rejudge``: random plays the 96 episodes of base seed 0 the models played, with the run's env."""
-    env = {"id": "verlog/BabyAI-GoTo-v0", "kwargs": {"invalid_action_penalty": 0.0}, "memory": "none",
-           "memory_kwargs": {}, "num_envs": 32}  # fmt: skip
-    evaluation = {"initial": {"episodes": 96, "success": 0.10, "se": 0.03},
-                  "trained": {"episodes": 96, "success": 0.39, "se": 0.04}}  # fmt: skip
+    """``learn.py --rejudge``: random plays the 96 episodes of base seed 0 the models played, with the run's env;
+    a file from before learn.json was kept per seed becomes its seed's entry first, every figure kept."""
+    old = _one_run_file()
     path = tmp_path / "learn.json"
-    path.write_text(json.dumps({"config": {"env": env}, "z": 6.0, "passed": True, "evaluation": evaluation}))
+    path.write_text(json.dumps(old))
     played = []
 
     def fake_random(env_id, env_kwargs, memory, memory_kwargs, episodes, seed, num_envs):
         played.append((env_id, env_kwargs, episodes, seed))
-        return {"episodes": 96, "success": 0.25, "se": 0.03}, None, False
+        return {"episodes": 96, "success": 0.25, "success_se": 0.03, "invalid_action_rate": 0.0}, None, False
 
     monkeypatch.setattr(learn, "play_random", fake_random)
-    report = learn.rejudge(path)
+    assert learn._rejudge_file(path, Console(file=io.StringIO())) == 1
+    env = old["config"]["env"]
     assert played == [(env["id"], env["kwargs"], 96, 0)]
-    assert report["verdict_before_random"] == {"passed": True} and report["window_passed"]
-    assert report["evaluation_verdict"]["vs_random"]["z"] == pytest.approx(2.8) and not report["passed"]
+    results = json.loads(path.read_text())
+    assert results["eval_seed"] == 0 and results["seeds_failed"] == [1] and results["earlier_runs"] == []
+    (entry,) = results["seeds"]
+    assert entry["verdict_before_random"] == {"passed": True} and entry["window_passed"]
+    assert entry["evaluation_verdict"]["vs_random"]["z"] == pytest.approx(2.8) and not entry["passed"]
+    assert (
+        entry["windows"]["z"] == 6.0 and entry["windows"]["first"] == old["first"] and entry["wall_s"] == 600
+    )
+    assert entry["trained"]["success_se"] == 0.04 and entry["trained"]["invalid_action_rate"] == 0.4
+    assert entry["z"] == pytest.approx(5.8)  # the held-out gain over the initial model, as the tables report
+
+
+def test_the_tiny_demo_merges_each_seed_and_keeps_a_rerun_seeds_old_entry(tmp_path: Path) -> None:
+    """learn.json through the judge's merge: a second seed's entry sits beside the first, and a rerun of a seed
+    replaces its entry, the old one kept under earlier_runs (no training: the entries are made by hand)."""
+    path = tmp_path / "learn.json"
+    path.write_text(json.dumps(learn.from_one_run(_one_run_file())))
+    blocks = {
+        "initial": {"success": 0.10, "success_se": 0.03},
+        "random": {"success": 0.25, "success_se": 0.03},
+    }
+    config = _one_run_file()["config"]
+    header = learn.header(config, 96, 0)
+
+    def run(seed: int, success: float) -> dict:
+        trained = {"success": success, "success_se": 0.04}
+        entry = {"seed": seed, "config": config, "eval_seed": 0}
+        return learn.with_verdict(entry, {"z": 6.0, "passed": True}, {**blocks, "trained": trained})
+
+    results = judge.record_seed(tmp_path, "learn", run(2, 0.39), header)  # 2.8 SE over random: fails
+    assert [s["seed"] for s in results["seeds"]] == [1, 2]
+    assert results["seeds_passed"] == [1] and results["seeds_failed"] == [2]
+    assert results["seeds"][0]["windows"]["z"] == 6.0  # the first seed's entry kept whole
+    assert json.loads(path.read_text()) == results
+    again = judge.record_seed(tmp_path, "learn", run(1, 0.45), header)
+    assert [s["seed"] for s in again["seeds"]] == [1, 2] and again["seeds_passed"] == [1]
+    assert [(s["seed"], s["trained"]["success"]) for s in again["earlier_runs"]] == [(1, 0.39)]
+    elsewhere = judge.record_seed(tmp_path, "learn", run(3, 0.45), learn.header(config, 96, 10_000))
+    assert [s["seed"] for s in elsewhere["seeds"]] == [3]  # other episodes: the seeds judged on 0 move aside
+    assert {s["judge"]["eval_seed"] for s in elsewhere["earlier_runs"] if "judge" in s} == {0}
 
 
 def _seed_entry(seed: int, passed: bool) -> dict:

@@ -8,7 +8,9 @@ on the env's own text, seeded; see :func:`verlog.models.tiny.word_tokenizer`) wi
 :class:`~verlog.ppo.trainer.Trainer`, then reads the run's ``metrics.jsonl``. The success rate of the first and
 of the last 10% of updates pools the episodes that ended in those updates (``env/success`` weighted by ``charts/episodes``); its standard error is BALROG's
 population std / sqrt(n), here sqrt(p (1 - p) / n). The script prints both, writes the curve to
-``benchmarks/results/learn.png`` and the figures to ``benchmarks/results/learn.json``, and exits with status 1
+``benchmarks/results/learn.png`` and the run's figures, as its seed's entry, into ``benchmarks/results/learn.json``
+(:func:`benchmarks.demos.judge.record_seed`: one entry per seed, a rerun's old entry kept under
+``earlier_runs``, as for every demonstration), and exits with status 1
 unless the last window beats the first by at least three standard errors of their difference
 (sqrt(SE_first^2 + SE_last^2)), with at least 10 episodes in each: a learner that does not learn fails it.
 
@@ -19,8 +21,12 @@ trained model must also beat both the initial model and random there by at least
 difference (:func:`benchmarks.demos.judge.difference`): a model that learnt only to answer validly, and plays no
 better than chance, fails. The held-out gain over the initial model is the one the results tables report, as
 for every other demonstration; the training windows' gap is this demonstration's own extra check.
-``--rejudge FILE`` plays random on the episodes a results file was judged on and writes the verdict under this
-rule again, keeping the figures it holds (and the old verdict, under ``verdict_before_random``).
+``--rejudge FILE`` plays random on the episodes each seed of a results file was judged on and writes the verdict
+under this rule again, keeping the figures it holds (and the old verdict, under ``verdict_before_random``).
+
+A seed's entry holds the judged blocks ``initial``, ``trained`` and ``random`` (success with ``success_se``, the
+invalid-answer rate as a fraction), ``z`` (the held-out gain over the initial model, as every demonstration's;
+the training windows' when no evaluation was played), the training windows under ``windows``, and the run.
 """
 
 from __future__ import annotations
@@ -40,12 +46,13 @@ from benchmarks.common import (
     ROOT,
     cached_random,
     load_preset,
+    locked,
     machine,
     random_key,
     update_records,
     window,
 )
-from benchmarks.demos.judge import EVAL_SEED, Z_REQUIRED, difference
+from benchmarks.demos.judge import EVAL_SEED, Z_REQUIRED, difference, record_seed
 from verlog.pipes import closed_pipe_ok
 from verlog.quiet import quiet_console
 from verlog.runkit.folder import CONFIG_FILE
@@ -59,6 +66,8 @@ MIN_EPISODES = 10
 WALL_FILE = "learn-wall.json"
 #: The base seed a results file without ``eval_seed`` was judged on (``verlog eval``'s default).
 FIRST_EVAL_SEED = 0
+#: The results file's name in ``--out`` (and of its plot, ``.png``).
+STEM = "learn"
 
 
 def compare(records: Sequence[dict[str, Any]], fraction: float = 0.1) -> dict[str, Any]:
@@ -81,23 +90,29 @@ def compare(records: Sequence[dict[str, Any]], fraction: float = 0.1) -> dict[st
 
 def judge_evaluation(evaluation: dict[str, dict[str, float]]) -> dict[str, Any]:
     """The trained model against the initial one and against random on the same seeded episodes: both gains
-    must be at least ``Z_REQUIRED`` standard errors of the difference."""
+    must be at least ``Z_REQUIRED`` standard errors of the difference (a run from before random was played is
+    judged on the initial model alone, as it was then, until ``--rejudge`` plays random)."""
     trained = evaluation["trained"]
     out: dict[str, Any] = {}
     for name in ("initial", "random"):
-        other = evaluation[name]
-        out[f"vs_{name}"] = difference(trained["success"], trained["se"], other["success"], other["se"])
-    out["passed"] = bool(out["vs_initial"]["z"] >= Z_REQUIRED and out["vs_random"]["z"] >= Z_REQUIRED)
+        if name in evaluation:
+            other = evaluation[name]
+            out[f"vs_{name}"] = difference(
+                trained["success"], trained["success_se"], other["success"], other["success_se"]
+            )
+    out["passed"] = bool(all(d["z"] >= Z_REQUIRED for d in out.values()))
     return out
 
 
 def _figures(summary: dict[str, Any], env_id: str) -> dict[str, float]:
+    """A ``verlog eval`` summary's figures in the judge's layout (fractions, ``success_se``), as every
+    demonstration's blocks are, so the results tables read them alike."""
     task = summary["tasks"][env_id]
     return {
         "episodes": task["episodes"],
         "success": task["success_rate"] / 100,
-        "se": task["success_se"] / 100,
-        "invalid_action_rate": task["invalid_action_rate"],
+        "success_se": task["success_se"] / 100,
+        "invalid_action_rate": task["invalid_action_rate"] / 100,
         "mean_length": task["mean_length"],
     }
 
@@ -187,40 +202,87 @@ def evaluate_agents(config: Any, run_dir: Path, episodes: int) -> dict[str, dict
     return figures
 
 
-def rejudge(path: Path) -> dict[str, Any]:
-    """The results file ``path`` judged again under the rule with random: random plays the episodes its
-    initial and trained models played (its config's env, kwargs and memory, its ``eval_seed``);
-    the figures already there stay, the old verdict is kept under ``verdict_before_random``."""
-    report = json.loads(path.read_text())
-    evaluation = report.get("evaluation")
-    if not evaluation:
-        raise SystemExit(f"{path} has no evaluation to judge against random")
-    env = report["config"]["env"]
-    episodes = evaluation["trained"]["episodes"]
-    if evaluation["initial"]["episodes"] != episodes:
-        raise SystemExit(f"{path}: the initial and trained models played different episodes")
-    seed = report.get("eval_seed", FIRST_EVAL_SEED)
-    evaluation["random"], _, _ = play_random(
-        env["id"], env["kwargs"], env["memory"], env["memory_kwargs"], episodes, seed, env["num_envs"]
-    )
-    report.setdefault("verdict_before_random", {"passed": report["passed"]})
-    window_passed = report.get("window_passed", report["verdict_before_random"]["passed"])
-    return _with_verdict(report, window_passed, evaluation)
-
-
-def _with_verdict(
-    report: dict[str, Any], window_passed: bool, evaluation: dict[str, dict[str, float]] | None
+def with_verdict(
+    entry: dict[str, Any], windows: dict[str, Any], evaluation: dict[str, dict[str, float]] | None
 ) -> dict[str, Any]:
-    """``report`` with the evaluation's verdict and the overall one (the window rule, and the evaluation's
-    when it was played)."""
+    """A seed's entry with its judged blocks (``initial``, ``trained``, ``random``), the evaluation's verdict and
+    the overall one (the training windows' rule, and the evaluation's when it was played); its ``z`` is the
+    held-out gain over the initial model, the gain every demonstration reports, else the windows'."""
     judged = judge_evaluation(evaluation) if evaluation else None
     return {
-        **report,
-        "window_passed": window_passed,
-        "evaluation": evaluation,
+        **entry,
+        **(evaluation or {}),
+        "passed": bool(windows["passed"] and (judged is None or judged["passed"])),
+        "z": judged["vs_initial"]["z"] if judged else windows["z"],
+        "window_passed": bool(windows["passed"]),
+        "windows": windows,
         "evaluation_verdict": judged,
-        "passed": bool(window_passed and (judged is None or judged["passed"])),
     }
+
+
+def from_one_run(report: dict[str, Any]) -> dict[str, Any]:
+    """A results file from before learn.json was kept per seed (one run: the windows' figures at the top, verlog
+    eval's under ``evaluation`` with the invalid-answer rate in %) in the per-seed layout, the run its seed's
+    entry; every figure kept (the evaluation's in the judge's layout)."""
+    windows_keys = ("first", "last", "gap", "gap_se", "z")
+    windows = {k: report[k] for k in windows_keys} | {"passed": report.get("window_passed", report["passed"])}
+    evaluation = {
+        name: {
+            "episodes": b["episodes"],
+            "success": b["success"],
+            "success_se": b["se"],
+            "invalid_action_rate": b["invalid_action_rate"] / 100,
+            "mean_length": b["mean_length"],
+        }
+        for name, b in (report.get("evaluation") or {}).items()
+    }
+    rest = {k: v for k, v in report.items() if k not in (*windows_keys, "evaluation", "z_required")}
+    entry = {
+        "seed": report["config"]["run"]["seed"],
+        **rest,
+        "eval_seed": report.get("eval_seed", FIRST_EVAL_SEED),
+    }
+    record = with_verdict(entry, windows, evaluation or None)
+    results = {**header(report["config"], evaluation["trained"]["episodes"] if evaluation else 0,
+                        record["eval_seed"]), "seeds": [], "earlier_runs": []}  # fmt: skip
+    results["seeds_passed"] = [record["seed"]] if record["passed"] else []
+    results["seeds_failed"] = [] if record["passed"] else [record["seed"]]
+    results["seeds"] = [record]
+    return results
+
+
+def header(config: dict[str, Any], episodes: int, eval_seed: int | None) -> dict[str, Any]:
+    """The results file's header: how its seeds were judged (:data:`benchmarks.demos.judge.JUDGE_KEYS`), so a
+    run judged otherwise moves the earlier entries to ``earlier_runs``."""
+    return {
+        "benchmark": STEM,
+        "task": {"env_id": config["env"]["id"], "env_kwargs": config["env"]["kwargs"]},
+        "episodes": episodes,
+        "eval_seed": eval_seed,
+        "z_required": Z_REQUIRED,
+    }
+
+
+def rejudge(entry: dict[str, Any]) -> dict[str, Any]:
+    """A seed's entry judged again under the rule with random: random plays the episodes its initial and trained
+    models played (its config's env, kwargs and memory, its ``eval_seed``); the figures already there stay, the
+    old verdict is kept under ``verdict_before_random``."""
+    if "trained" not in entry:
+        raise SystemExit(f"seed {entry.get('seed')} has no evaluation to judge against random")
+    env = entry["config"]["env"]
+    episodes = entry["trained"]["episodes"]
+    if entry["initial"]["episodes"] != episodes:
+        raise SystemExit(f"seed {entry['seed']}: the initial and trained models played different episodes")
+    seed = entry.get("eval_seed", FIRST_EVAL_SEED)
+    random, _, _ = play_random(
+        env["id"], env["kwargs"], env["memory"], env["memory_kwargs"], episodes, seed, env["num_envs"]
+    )
+    entry = {
+        **entry,
+        "verdict_before_random": entry.get("verdict_before_random", {"passed": entry["passed"]}),
+    }
+    evaluation = {"initial": entry["initial"], "trained": entry["trained"], "random": random}
+    return with_verdict(entry, entry["windows"], evaluation)
 
 
 def _print_evaluation(console: Any, evaluation: dict[str, dict[str, float]], judged: dict[str, Any]) -> None:
@@ -228,8 +290,8 @@ def _print_evaluation(console: Any, evaluation: dict[str, dict[str, float]], jud
         console.print(
             f"evaluation, {name} {'agent' if name == 'random' else 'model'}, {figures['episodes']} seeded "
             f"episodes{'' if name == 'random' else ' (sampled)'}: success "
-            f"[bold]{figures['success']:.3f} ± {figures['se']:.3f}[/bold], invalid actions "
-            f"{figures['invalid_action_rate']:.1f}%"
+            f"[bold]{figures['success']:.3f} ± {figures['success_se']:.3f}[/bold], invalid actions "
+            f"{figures['invalid_action_rate'] * 100:.1f}%"
         )
     for name in ("initial", "random"):
         d = judged[f"vs_{name}"]
@@ -271,18 +333,30 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _rejudge_file(path: Path, console: Any) -> int:
-    """``--rejudge FILE``: play random on the episodes the file was judged on and rewrite its verdict; 0 when it
-    passes."""
-    report = rejudge(path)
-    _print_evaluation(console, report["evaluation"], report["evaluation_verdict"])
-    mark = "[green]PASS[/green]" if report["passed"] else "[red]FAIL[/red]"
-    console.print(
-        f"training windows {'pass' if report['window_passed'] else 'FAIL'} ({report['z']:.1f} SE); "
-        f"overall {mark} (before random: {'pass' if report['verdict_before_random']['passed'] else 'FAIL'})"
-    )
-    path.write_text(json.dumps(report, indent=2) + "\n")
+    """``--rejudge FILE``: play random on the episodes each seed was judged on and rewrite the verdicts (a file from
+    before learn.json was kept per seed is converted first); 0 when every seed passes."""
+    with locked(path.parent):
+        results = json.loads(path.read_text())
+        if "seeds" not in results:
+            results = from_one_run(results)
+        seeds = [rejudge(entry) for entry in results["seeds"]]
+        for entry in seeds:
+            evaluation = {name: entry[name] for name in ("initial", "trained", "random")}
+            _print_evaluation(console, evaluation, entry["evaluation_verdict"])
+            console.print(
+                f"seed {entry['seed']}: training windows {'pass' if entry['window_passed'] else 'FAIL'} "
+                f"({entry['windows']['z']:.1f} SE); overall {'pass' if entry['passed'] else 'FAIL'} "
+                f"(before random: {'pass' if entry['verdict_before_random']['passed'] else 'FAIL'})"
+            )
+        results = {
+            **results,
+            "seeds_passed": [e["seed"] for e in seeds if e["passed"]],
+            "seeds_failed": [e["seed"] for e in seeds if not e["passed"]],
+            "seeds": seeds,
+        }
+        path.write_text(json.dumps(results, indent=2) + "\n")
     console.print(f"rewrote {path}")
-    return 0 if report["passed"] else 1
+    return 0 if not results["seeds_failed"] else 1
 
 
 def _train_or_read(
@@ -363,8 +437,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         evaluation = evaluate_agents(config, run_dir, args.eval_episodes)
         _print_evaluation(console, evaluation, judge_evaluation(evaluation))
 
-    args.out.mkdir(parents=True, exist_ok=True)
-    report = {
+    run = {
+        "seed": config.run.seed,
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "machine": {**machine(), "torch_threads": config.run.torch_threads or machine().get("torch_threads")},
         "config_file": str(args.config) if args.run is None else str(run_dir / CONFIG_FILE),
@@ -374,21 +448,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         "updates_s": sum(r.get("time/total") or 0.0 for r in records),
         "updates": len(records),
         "turns": int(records[-1].get("global_step", 0)),
-        "z_required": Z_REQUIRED,
         **({"eval_seed": EVAL_SEED} if evaluation else {}),
-        **result,
         "curve": [
             {k: r.get(k) for k in ("update", "env/success", "charts/episodes", "env/invalid_action_rate")}
             for r in records
         ],
     }
-    report = _with_verdict(report, result["passed"], evaluation)
-    (args.out / "learn.json").write_text(json.dumps(report, indent=2) + "\n")
+    entry = with_verdict(run, result, evaluation)
+    judged_on = header(
+        run["config"], args.eval_episodes if evaluation else 0, EVAL_SEED if evaluation else None
+    )
+    results = record_seed(args.out, STEM, entry, judged_on)
     title = f"PPO, tiny random model, {config.env.id.split('/')[-1]}: z = {result['z']:.1f}"
-    plot(records, result, args.out / "learn.png", title)
-    console.print(f"wrote {args.out / 'learn.json'} and {args.out / 'learn.png'}")
-    console.print(f"overall: {'[green]PASS[/green]' if report['passed'] else '[red]FAIL[/red]'}")
-    return 0 if report["passed"] else 1
+    plot(records, result, args.out / f"{STEM}.png", title)
+    console.print(
+        f"merged seed {entry['seed']} into {args.out / f'{STEM}.json'}; wrote {args.out / f'{STEM}.png'}"
+    )
+    console.print(
+        f"overall: {'[green]PASS[/green]' if entry['passed'] else '[red]FAIL[/red]'} "
+        f"(seeds passed {results['seeds_passed']}, failed {results['seeds_failed']})"
+    )
+    return 0 if entry["passed"] else 1
 
 
 if __name__ == "__main__":

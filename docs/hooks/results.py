@@ -147,28 +147,7 @@ def before_after(entry: Mapping[str, Any]) -> tuple[Mapping[str, Any] | None, Ma
 
 
 def seeds(data: Mapping[str, Any], *, earlier: bool = False) -> list[dict[str, Any]]:
-    """A results file's per-seed entries (the tiny demo's single run as one), earlier runs too if asked."""
-    if "seeds" not in data:  # benchmarks/demos/learn.py: one run, evaluated before and after
-        evaluation = data.get("evaluation", {})
-
-        def rate(block: Mapping[str, Any] | None) -> Mapping[str, Any] | None:  # verlog eval's percent
-            if not block or _number(block.get("invalid_action_rate")) is None:
-                return block
-            return dict(block, invalid_action_rate=block["invalid_action_rate"] / 100)
-
-        held_out = (data.get("evaluation_verdict") or {}).get("vs_initial", {}).get("z")
-        entry = {
-            "seed": data.get("config", {}).get("run", {}).get("seed"),
-            "passed": data.get("passed"),
-            "initial": rate(evaluation.get("initial")),
-            "trained": rate(evaluation.get("trained")),
-            "random": rate(evaluation.get("random")),
-            # the held-out gain over the initial model, as every demonstration's; the training windows' without one
-            "z": held_out if held_out is not None else data.get("z"),
-            "wall_s": data.get("wall_s"),
-            "updates": data.get("updates"),
-        }
-        return [entry]
+    """A results file's per-seed entries, earlier runs too if asked."""
     entries = [dict(e) for e in data.get("seeds", [])]
     if earlier:
         entries += [dict(e, earlier=True) for e in data.get("earlier_runs", [])]
@@ -540,19 +519,19 @@ def runs() -> str:
 
 
 def learn_demo() -> str:
-    """The tiny demo's training-window figures (success over the first and last 10 % of updates)."""
-    data = load("learn.json")
-    first, last = data["first"], data["last"]
-    return table(
-        ["window", "updates", "episodes ended", "success"],
-        [
-            ["first 10 %", f"{first['first_update']}–{first['last_update']}", first["episodes"],
+    """The tiny demo's training-window figures, per seed (success over the first and last 10 % of updates)."""
+    data, rows = load("learn.json"), []
+    for entry in seeds(data):
+        windows, seed = entry["windows"], entry.get("seed", "")
+        first, last = windows["first"], windows["last"]
+        rows += [
+            [seed, "first 10 %", f"{first['first_update']}–{first['last_update']}", first["episodes"],
              f"{first['success'] * 100:.1f} % ± {first['se'] * 100:.1f}"],
-            ["last 10 %", f"{last['first_update']}–{last['last_update']}", last["episodes"],
+            [seed, "last 10 %", f"{last['first_update']}–{last['last_update']}", last["episodes"],
              f"{last['success'] * 100:.1f} % ± {last['se'] * 100:.1f}"],
-            ["gap", "", "", f"z = {data['z']:.1f} (needs {data['z_required']:g}); {_minutes(data['wall_s'])}"],
-        ],
-    )  # fmt: skip
+            [seed, "gap", "", "", f"z = {windows['z']:.1f} (needs {data.get('z_required', 3):g}); {_minutes(entry.get('wall_s'))}"],
+        ]  # fmt: skip
+    return table(["seed", "window", "updates", "episodes ended", "success"], rows)
 
 
 def speed() -> str:
