@@ -50,6 +50,7 @@ scoring; :func:`compute_advantages` computes the same advantages later from the 
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
@@ -164,31 +165,21 @@ def gae_advantages(
     token_rewards = None
     if kl_coef > 0:
         token_rewards = -kl_coef * (s.old_logprobs - s.ref_logprobs) * s.response_mask
-    advantages, returns = dual_discount_gae(
+    gae = functools.partial(
+        dual_discount_gae,
         s.rewards,
         s.token_values,
         s.response_mask,
         next_values,
         s.masks[1:],
         turn_gamma=turn_gamma,
-        turn_lam=turn_lam,
         token_gamma=token_gamma,
         token_lam=token_lam,
         token_rewards=token_rewards,
     )
-    if critic_lam is not None and critic_lam != turn_lam:
-        _, returns = dual_discount_gae(
-            s.rewards,
-            s.token_values,
-            s.response_mask,
-            next_values,
-            s.masks[1:],
-            turn_gamma=turn_gamma,
-            turn_lam=critic_lam,
-            token_gamma=token_gamma,
-            token_lam=token_lam,
-            token_rewards=token_rewards,
-        )
+    advantages, returns = gae(turn_lam=turn_lam)
+    if critic_lam is not None and critic_lam != turn_lam:  # the critic's targets on their own lambda
+        _, returns = gae(turn_lam=critic_lam)
     s.returns = returns.float()
     advantages, mask = advantages.float(), s.response_mask
     moments = masked_moments(advantages, mask, all_reduce)
