@@ -59,7 +59,14 @@ OTHER_RECIPES: list[tuple[str, str]] = [
     ("learn_babaisai_goto_win.json", "BabaIsAI goto_win alone, PPO (attempt 6)"),
     ("learn_babaisai_gigpo.json", "BabaIsAI goto_win, GiGPO (attempts 8, 12, 14, 15)"),
     ("learn_crafter_constrained_entropy.json", "learn_crafter_constrained + entropy bonus 0.03 (a probe)"),
-    ("learn_crafter_constrained_critic.json", "learn_crafter_constrained + the critic's own λ of 1.0 (a probe)"),
+    (
+        "learn_crafter_constrained_critic.json",
+        "learn_crafter_constrained + the critic's own λ of 1.0 (a probe)",
+    ),
+    (
+        "learn_crafter_constrained_critic_ent.json",
+        "learn_crafter_constrained + entropy 0.03 + critic λ 1.0 (a probe)",
+    ),
 ]
 
 #: Published Crafter agents (agent, score, return), 1M environment steps on pixels, Crafter's own episodes of up
