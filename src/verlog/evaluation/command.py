@@ -145,7 +145,7 @@ def evaluate(
     if progress and run is not None:
         say(as_trained_line(learner, the_suite.tasks, env, settings["agent"]))
     if progress and settings["agent"].get("constrain"):
-        say("answers constrained to the valid actions: not BALROG's protocol (--constrain off for it)")
+        say("answers restricted to the valid actions: not BALROG's protocol (--constrain off)")
     log = EpisodeLog(folder / EPISODES_FILE)
     records = check_resume(folder, settings, log)
     wanted = {(task, episode_seed(seed, task, i)) for task in the_suite.tasks for i in range(counts[task])}
