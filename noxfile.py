@@ -166,6 +166,16 @@ def learn_real(session: nox.Session) -> None:
 
 
 @nox.session
+def learn_real_constrained(session: nox.Session) -> None:
+    """learn_real with every answer constrained to the valid actions (-- --seed N): what the constraint buys."""
+    session.run(
+        "python", "-m", "benchmarks.demos.learn_real", "--stem", "learn_real_constrained",
+        "sampling.constrain=actions", "prompt.max_response_tokens=10", "run.name=learn-real-constrained",
+        *session.posargs,
+    )  # fmt: skip
+
+
+@nox.session
 def learn_goto(session: nox.Session) -> None:
     """SmolLM2 on BALROG's own GoTo through a curriculum (CPU; -- --seed N); non-zero unless it learned."""
     session.run(

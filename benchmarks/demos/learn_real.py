@@ -126,6 +126,8 @@ def zero_shot(
         "temperature": config.sampling.temperature, **({"greedy": True} if config.panel.greedy else {}),
         "episodes": episodes, "seed": seed, "num_envs": num_envs,
     }  # fmt: skip
+    if config.sampling.constrain != "off":  # a constrained model is judged against itself constrained
+        key["constrain"] = config.sampling.constrain
     digest = hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:12]
     folder = ZERO_SHOT_DIR / digest
     if (folder / "summary.json").is_file():
@@ -217,7 +219,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--eval-seed", type=int, default=EVAL_SEED, help="base seed of the evaluation episodes"
     )
-    parser.add_argument("--out", type=Path, default=RESULTS, help="folder for <preset>.{json,png}")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="folder for <stem>.{json,png}")
+    parser.add_argument(
+        "--stem", default=None, help="results file name (default: the preset's, e.g. learn_real)"
+    )
     parser.add_argument(
         "--judge",
         choices=("newest", "best"),
@@ -292,7 +297,7 @@ def _train(
                   f"{' (kept from ' + str(random_dir) + ')' if cached else ''}")  # fmt: skip
     state = {"before": before, "zero_shot_dir": str(folder), "random": random,
              "random_dir": str(random_dir), "eval_seed": args.eval_seed,
-             "episodes": args.episodes, "eval_envs": args.eval_envs, "preset": args.config.stem,
+             "episodes": args.episodes, "eval_envs": args.eval_envs, "preset": args.stem or args.config.stem,
              "judge": args.judge}  # fmt: skip
     (run_dir / STATE_FILE).write_text(json.dumps(state) + "\n")
     console.print(f"training {config.run.total_updates} updates from seed {config.run.seed} into {run_dir}")
@@ -315,7 +320,7 @@ def _judged_before(args: argparse.Namespace) -> tuple[Any, Path, dict[str, Any],
         state.get("eval_seed", args.eval_seed),
         state.get("episodes", args.episodes),
     )
-    args.config = Path(state.get("preset", args.config.stem) + ".toml")  # its results file's name
+    args.stem = args.stem or state.get("preset", args.config.stem)  # its results file's name
     args.judge = args.judge or state.get("judge", "newest")  # as the run was first judged
     random = state.get("random")
     if random is None:  # judged first before random was: played now, on the same episodes
@@ -411,13 +416,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     record = _record(args, config, run_dir, records, before, after, random, result, wall, train_s, load_start)
     env_id, env_kwargs = target(config)
     header = {
-        "benchmark": args.config.stem,
+        "benchmark": args.stem or args.config.stem,
         "task": {"env_id": env_id, "env_kwargs": env_kwargs},
         "model": config.model.build or str(config.model.path),
         "z_required": Z_REQUIRED,
         "judged_against": ["zero-shot", "random"],
     }
-    stem = args.config.stem
+    stem = args.stem or args.config.stem
     results = record_seed(args.out, stem, record, header)
     plot(results, args.out / f"{stem}.png")
     console.print(

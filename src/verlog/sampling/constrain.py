@@ -183,6 +183,7 @@ class ActionConstraint:
                 f'{env_id} offers an empty info["valid_actions"]: nothing to constrain the answer to '
                 "(fix: sampling.constrain=off)"
             )
+        longest, most = "", 0  # the answer that can take the most tokens, and how many
         for action in actions:
             ids = self.tokenizer.encode(self.answer(action), add_special_tokens=False)
             matcher = self.matcher(actions)
@@ -196,12 +197,14 @@ class ActionConstraint:
                 )
             # The most tokens any spelling can take: a word-level vocabulary has one, a subword one may spell the
             # answer byte by byte (the grammar allows every spelling, as vLLM's does).
-            most = len(ids) if self.word_level else len(self.answer(action, reason="").encode())
-            if most > self.max_tokens:
-                raise ConstraintError(
-                    f"{env_id}: the answer {self.answer(action, reason='')!r} can take up to {most} tokens (one a "
-                    f"byte), more than prompt.max_response_tokens = {self.max_tokens} (fix: raise it to {most})"
-                )
+            tokens = len(ids) if self.word_level else len(self.answer(action, reason="").encode())
+            if tokens > most:
+                longest, most = self.answer(action, reason=""), tokens
+        if most > self.max_tokens:  # named once, for the longest answer: one fix covers every action
+            raise ConstraintError(
+                f"{env_id}: the answer {longest!r} can take up to {most} tokens (one a byte), more than "
+                f"prompt.max_response_tokens = {self.max_tokens} (fix: raise it to {most})"
+            )
 
     # ------------------------------------------------------------------ masks
     def token_masks(
