@@ -100,6 +100,12 @@ def bench_update(session: nox.Session) -> None:
 
 
 @nox.session
+def bench_training(session: nox.Session) -> None:
+    """A preset's turns/s and where an update's time goes (default envs/learn_crafter.toml; run on idle cores)."""
+    session.run("python", "-m", "benchmarks.speed.training", *session.posargs)
+
+
+@nox.session
 def bench_replay(session: nox.Session) -> None:
     """Time to rebuild a Crafter sub-env on resume by replaying 2000 and 10000 actions."""
     session.run("python", "-m", "benchmarks.speed.replay", *session.posargs)
@@ -118,11 +124,20 @@ def learn_crafter(session: nox.Session) -> None:
 
 
 @nox.session
+def learn_crafter_free(session: nox.Session) -> None:
+    """learn_crafter as it was before answers were constrained (free answers, entropy 0.01; -- --seed N)."""
+    session.run(
+        "python", "-m", "benchmarks.demos.learn_crafter", "--stem", "learn_crafter_free", "sampling.constrain=off",
+        "ppo.entropy_coef=0.01", "run.name=learn-crafter-free", *session.posargs,
+    )  # fmt: skip
+
+
+@nox.session
 def learn_crafter_constrained(session: nox.Session) -> None:
-    """learn_crafter with every answer constrained to the valid actions (-- --seed N): what the constraint buys."""
+    """learn_crafter_free with answers constrained, nothing else changed (-- --seed N): what the constraint buys."""
     session.run(
         "python", "-m", "benchmarks.demos.learn_crafter", "--stem", "learn_crafter_constrained",
-        "sampling.constrain=actions", "run.name=learn-crafter-constrained", *session.posargs,
+        "ppo.entropy_coef=0.01", "run.name=learn-crafter-constrained", *session.posargs,
     )  # fmt: skip
 
 
@@ -149,7 +164,7 @@ def learn_crafter_real(session: nox.Session) -> None:
 
 @nox.session
 def ablation_crafter(session: nox.Session) -> None:
-    """The Crafter demonstration without the window-edge bootstrap, without critic pre-training, and as GRPO."""
+    """The Crafter preset without the window-edge bootstrap, without critic pre-training, as GRPO and as GiGPO."""
     session.run("python", "-m", "benchmarks.demos.ablation_crafter", *session.posargs)
 
 

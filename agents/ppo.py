@@ -70,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         from verlog.runkit.stop import exit_status
         from verlog.runkit.watchdog import Collapsed
         from verlog.sampling import SamplerError
+        from verlog.sampling.constrain import ConstraintError
         from verlog.vector import SubEnvError
     except ImportError as error:
         if (missing := as_missing(error)) is None:
@@ -97,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
         return _bad_input(parser, str(missing))
     except SamplerError as error:  # vLLM missing, or a model it cannot load: one line, nothing written lost
         parser.exit(2, f"{parser.prog}: sampler: {error}\n")
+    except ConstraintError as error:  # sampling.constrain on actions it cannot hold; checked before weights load
+        parser.exit(2, f"{parser.prog}: constrain: {error}\n")
     except CheckpointError as error:  # nothing loaded from it: the run folder is as it was
         print(f"{parser.prog}: resume: {error}", file=sys.stderr)
         return 1

@@ -1,27 +1,30 @@
 """What each turn-level piece buys on long episodes: the Crafter demonstration with one piece taken out at a time.
 
-    nox -s ablation_crafter                                   # every variant x seeds 1 2, missing cells only
-    python -m benchmarks.demos.ablation_crafter [--seeds 1 2] [--variants verlog grpo] [--turns 40960] [--table]
+    nox -s ablation_crafter                                   # every variant x seeds 1 2 3, missing cells only
+    python -m benchmarks.demos.ablation_crafter [--seeds 1 2 3] [--variants grpo gigpo] [--turns 40960] [--table]
 
-Variants (``learn_crafter.ABLATION``), each trained from the same preset for the same number of turns played
-(``run.total_turns``, critic pre-training's turns included) and judged on the same held-out episodes:
+Variants (``learn_crafter.VARIANTS``), each trained from the preset (``envs/learn_crafter.toml``: answers
+constrained to the valid actions, entropy bonus 0.03) for the same number of turns played (``run.total_turns``,
+critic pre-training's turns included) and judged on the same held-out episodes:
 
-- ``verlog``: the preset as it is (window-edge bootstrap, critic pre-training, dual-discount GAE);
+- ``verlog``: the preset as it is (window-edge bootstrap, critic pre-training, dual-discount GAE); its row is the
+  preset's own seeds, ``learn_crafter.json``, unless the ablation's file holds its own;
 - ``no-bootstrap``: an episode still running at the batch end gets 0 for the value after the cut
   (``ppo.window_bootstrap = false``), as a trainer does that treats a batch end as an episode end;
 - ``no-warmup``: no critic pre-training (``ppo.critic_warmup_batches = 0``);
 - ``grpo``: critic-free GRPO in groups of 8 envs sharing a seed, which must play whole episodes (up to the
-  2,000-step cap) before it can update;
-- ``entropy``: the base with an entropy bonus of 0.01, which is the demonstration's preset.
+  2,000-step cap) before it can update: a group's turns all share their episode's normalised return;
+- ``gigpo``: GRPO plus GiGPO's step term (turns of a group that met the same observation compared by their
+  discounted return from there), with the same whole-episode groups.
 
-Every cell runs on the preset *without* its entropy bonus (``BASE``): the ablation was run first, and what its
-seeds showed (policies that stop moving and sleeping) is why the preset has the bonus.
-
-Each cell is one ``learn_crafter.py --variant V --seed S`` run in a child process; a cell already in
-``benchmarks/results/learn_crafter_ablation.json`` that played at least the turn budget is kept (``--force``
-reruns it).
+Each cell is one ``learn_crafter.py --variant V --seed S`` run in a child process; a cell already in the results
+file that played at least the turn budget is kept (``--force`` reruns it).
 ``--table`` only prints the table from the results file. The script exits 0 whichever way the results come out:
 an ablation is published as it falls.
+
+The first ablation, on the free preset of its day (no constraint, no entropy bonus, seeds 1 and 2), is kept in
+``learn_crafter_ablation_free.json``; it was run as ``--stem learn_crafter_ablation_free --seeds 1 2 --variants
+verlog no-bootstrap no-warmup grpo entropy sampling.constrain=off ppo.entropy_coef=0.0``.
 """
 
 from __future__ import annotations
@@ -36,12 +39,11 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import RESULTS, ROOT, mean_se
-from benchmarks.demos.learn_crafter import ABLATION, plot
+from benchmarks.demos.learn_crafter import ABLATION, VARIANTS, plot
 
 STEM = "learn_crafter_ablation"
-#: Every cell's base: the preset without its entropy bonus, as the ablation was first run (the bonus came after,
-#: from what the ablation's seeds showed); the bonus is the ``entropy`` row.
-BASE = ["ppo.entropy_coef=0.0"]
+#: The preset's own results: the full preset's row when the ablation's file has none.
+PRESET_STEM = "learn_crafter"
 
 
 def cells(path: Path) -> dict[tuple[str, int], dict[str, Any]]:
@@ -49,6 +51,18 @@ def cells(path: Path) -> dict[tuple[str, int], dict[str, Any]]:
     if not path.is_file():
         return {}
     return {(s["variant"], s["seed"]): s for s in json.loads(path.read_text())["seeds"]}
+
+
+def with_preset(entries: dict[tuple[str, int], dict[str, Any]], folder: Path) -> dict[tuple[str, int], dict]:
+    """``entries`` with the preset's own seeds as the ``verlog`` row when they hold none of theirs."""
+    if any(v == "verlog" for v, _ in entries):
+        return entries
+    return {**entries, **{k: e for k, e in cells(folder / f"{PRESET_STEM}.json").items() if k[0] == "verlog"}}
+
+
+def variants_in(entries: dict[tuple[str, int], dict[str, Any]]) -> list[str]:
+    """The variants to tabulate: the ablation's, then any other a file holds (the first one's ``entropy``)."""
+    return [*ABLATION, *sorted({v for v, _ in entries} - set(ABLATION))]
 
 
 def _z(runs: Sequence[dict[str, Any]], name: str) -> list[float]:
@@ -110,8 +124,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--variants", nargs="+", choices=ABLATION, default=list(ABLATION))
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--variants", nargs="+", choices=sorted(VARIANTS), default=list(ABLATION))
+    parser.add_argument("--stem", default=STEM, help=f"results file name (default {STEM})")
     parser.add_argument("--turns", type=int, default=40_960, help="turns played per run, every variant")
     parser.add_argument("--force", action="store_true", help="rerun cells already in the results file")
     parser.add_argument("--table", action="store_true", help="only print the table from the results file")
@@ -120,27 +135,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         "overrides", nargs="*", metavar="section.key=value", help="config overrides, every cell"
     )
     args = parser.parse_args(argv)
-    path = args.out / f"{STEM}.json"
+    path = args.out / f"{args.stem}.json"
     if not args.table:
         for variant in args.variants:
             for seed in args.seeds:
-                done = cells(path).get((variant, seed))
+                done = with_preset(cells(path), args.out).get((variant, seed))
                 if done and done["turns"] >= args.turns and not args.force:
                     continue
                 command = [
                     sys.executable, "-m", "benchmarks.demos.learn_crafter", "--variant", variant,
-                    "--seed", str(seed), "--stem", STEM, "--out", str(args.out),
-                    f"run.total_turns={args.turns}", "run.total_updates=100000", *BASE, *args.overrides,
+                    "--seed", str(seed), "--stem", args.stem, "--out", str(args.out),
+                    f"run.total_turns={args.turns}", "run.total_updates=100000", *args.overrides,
                 ]  # fmt: skip
                 print(" ".join(command), flush=True)
                 subprocess.run(
                     command, check=False, cwd=ROOT
                 )  # a variant that does not learn exits 1: still a result
-    entries = cells(path)
+    entries = with_preset(cells(path), args.out)
     if not entries:
         print(f"no results in {path}")
         return 1
-    rows = table(entries, list(ABLATION))
+    rows = table(entries, variants_in(entries))
     any_entry = next(iter(entries.values()))
     print_table(rows, any_entry["untrained"], any_entry["random"])
     summary = json.loads(path.read_text())

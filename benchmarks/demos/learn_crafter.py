@@ -73,12 +73,14 @@ VARIANTS: dict[str, list[str]] = {
     "verlog": [],
     "no-bootstrap": ["ppo.window_bootstrap=false"],
     "no-warmup": ["ppo.critic_warmup_batches=0", "ppo.critic_warmup_iters=0"],
-    "grpo": ['algo.advantage="grpo"', "algo.group_size=8", "algo.max_episode_turns=2000"],
-    # the preset's entropy bonus, for the ablation, whose cells run without it (ablation_crafter.BASE)
+    # critic-free: groups of 8 envs sharing a seed play whole episodes (up to the 2,000-step cap) before updating
+    "grpo": ["algo.advantage=grpo", "algo.group_size=8", "algo.max_episode_turns=2000"],
+    "gigpo": ["algo.advantage=gigpo", "algo.group_size=8", "algo.max_episode_turns=2000"],
+    # the first ablation's row for the free preset's entropy bonus (its cells ran without it)
     "entropy": ["ppo.entropy_coef=0.01"],
 }
-#: The variants the ablation compares.
-ABLATION = ("verlog", "no-bootstrap", "no-warmup", "grpo", "entropy")
+#: The variants the ablation compares (``verlog``'s row is the preset's own seeds, learn_crafter.json).
+ABLATION = ("verlog", "no-bootstrap", "no-warmup", "grpo", "gigpo")
 CURVE_KEYS = (
     "update", "global_step", "charts/episodic_return", "charts/episodic_length", "env/progression",
     "charts/episodes", "charts/episodes_running", "charts/episodes_truncated", "env/invalid_action_rate",
@@ -241,7 +243,7 @@ def _train_or_read(
 
     train_s: float | None = None
     if args.run is None:
-        overrides = [*VARIANTS[args.variant], *args.overrides]
+        overrides = [*args.overrides, *VARIANTS[args.variant]]  # a variant is its settings: they come last
         if args.seed is not None:
             overrides.append(f"run.seed={args.seed}")
         config = load_preset(parser, args.config, overrides)
@@ -289,10 +291,10 @@ def _rejudge_files(paths: Sequence[Path], console: Any) -> int:
         before = json.loads(path.read_text())
         results = rejudge_crafter(before, functools.partial(replay_random, before["task"]))
         if "table" in results:  # the ablation's per-variant table follows its seeds' verdicts
-            from benchmarks.demos.ablation_crafter import table
+            from benchmarks.demos.ablation_crafter import table, variants_in, with_preset
 
-            entries = {(s["variant"], s["seed"]): s for s in results["seeds"]}
-            results["table"] = table(entries, list(ABLATION))
+            entries = with_preset({(s["variant"], s["seed"]): s for s in results["seeds"]}, path.parent)
+            results["table"] = table(entries, variants_in(entries))
         path.write_text(json.dumps(results, indent=2) + "\n")
         for entry in results["seeds"]:
             was = "pass" if entry["verdict_before_crafter_rule"]["passed"] else "FAIL"

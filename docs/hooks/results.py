@@ -37,10 +37,9 @@ RESULTS = ROOT / "benchmarks" / "results"
 #: The demonstrations README's headline table and the results page show: (results file, title). One line each.
 DEMONSTRATIONS: list[tuple[str, str]] = [
     ("learn.json", "Tiny random model, BabyAI GoTo (`nox -s learn`)"),
-    ("learn_crafter.json", "Tiny random model, Crafter, ~170-turn episodes (`nox -s learn_crafter`)"),
     (
-        "learn_crafter_constrained.json",
-        "The same, every answer constrained to the valid actions (`nox -s learn_crafter_constrained`)",
+        "learn_crafter.json",
+        "Tiny random model, Crafter, ~170-turn episodes, answers constrained to actions (`nox -s learn_crafter`)",
     ),
     ("learn_crafter_real.json", "SmolLM2-135M, Crafter, 200-step episodes (`nox -s learn_crafter_real`)"),
     ("learn_real.json", "SmolLM2-135M, BabyAI GoTo in a 5×5 room (`nox -s learn_real`)"),
@@ -58,15 +57,13 @@ OTHER_RECIPES: list[tuple[str, str]] = [
     ("learn_babaisai.json", "BabaIsAI goto_win ×5, PPO + shaping (attempt 3)"),
     ("learn_babaisai_goto_win.json", "BabaIsAI goto_win alone, PPO (attempt 6)"),
     ("learn_babaisai_gigpo.json", "BabaIsAI goto_win, GiGPO (attempts 8, 12, 14, 15)"),
-    ("learn_crafter_constrained_entropy.json", "learn_crafter_constrained + entropy bonus 0.03 (a probe)"),
+    ("learn_crafter_free.json", "learn_crafter free (no constraint), entropy 0.01: the preset before"),
+    ("learn_crafter_constrained.json", "learn_crafter at entropy 0.01 (`nox -s learn_crafter_constrained`)"),
     (
         "learn_crafter_constrained_critic.json",
-        "learn_crafter_constrained + the critic's own λ of 1.0 (a probe)",
+        "learn_crafter at entropy 0.01 + the critic's own λ of 1.0 (a probe)",
     ),
-    (
-        "learn_crafter_constrained_critic_ent.json",
-        "learn_crafter_constrained + entropy 0.03 + critic λ 1.0 (a probe)",
-    ),
+    ("learn_crafter_constrained_critic_ent.json", "learn_crafter + the critic's own λ of 1.0 (a probe)"),
 ]
 
 #: Published Crafter agents (agent, score, return), 1M environment steps on pixels, Crafter's own episodes of up
@@ -373,7 +370,7 @@ def _turns_to_reach(entry: Mapping[str, Any], target: float, window: int = 10) -
 
 
 def constrained_vs_free(
-    free: str = "learn_crafter.json", constrained: str = "learn_crafter_constrained.json"
+    free: str = "learn_crafter_free.json", constrained: str = "learn_crafter_constrained.json"
 ) -> str:
     """What ``sampling.constrain = "actions"`` buys on the same preset and budget, seed by seed: the judged
     return and Crafter score of the free and the constrained model, the free model's invalid-answer rate, and
@@ -409,7 +406,7 @@ def _zs(row: Mapping[str, Any], gain: str) -> str:
     return ", ".join(f"{z:+.1f}" for z in row.get(f"z_{gain}", []) if _number(z) is not None)
 
 
-def ablation(name: str = "learn_crafter_ablation.json") -> str:
+def ablation(name: str = "learn_crafter_ablation_free.json") -> str:
     """One row per ablation variant: trained return, Crafter score, achievements and progression over its seeds,
     the per-seed gains over the untrained model and random, the updates it took at the shared turn budget; random
     and the untrained model on the same episodes above them, the published agents below."""
@@ -438,7 +435,7 @@ def ablation(name: str = "learn_crafter_ablation.json") -> str:
     return table(header, rows) + note
 
 
-def crafter_reading(name: str = "learn_crafter_ablation.json") -> str:
+def crafter_reading(name: str = "learn_crafter_ablation_free.json") -> str:
     """What each piece buys, in one sentence per variant, read off the ablation table against ``verlog``'s row."""
     rows = {r["variant"]: r for r in load(name).get("table", [])}
     base = rows.get("verlog")
@@ -448,6 +445,7 @@ def crafter_reading(name: str = "learn_crafter_ablation.json") -> str:
         "no-bootstrap": "Without the window-edge bootstrap",
         "no-warmup": "Without critic pre-training",
         "grpo": "With GRPO, which must wait for whole episodes,",
+        "gigpo": "With GiGPO, whole episodes too,",
         "entropy": "With the entropy bonus",
     }
     lines = []
@@ -764,6 +762,8 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "crafter_reading": crafter_reading,
     "long_run": long_run,
     "constrained_vs_free": constrained_vs_free,
+    "crafter_free": lambda: crafter("learn_crafter_free.json"),
+    "crafter_free_achievements": lambda: crafter_achievements("learn_crafter_free.json"),
     "crafter_constrained": lambda: crafter("learn_crafter_constrained.json"),
     "crafter_constrained_achievements": lambda: crafter_achievements("learn_crafter_constrained.json"),
     "crafter_levers": lambda: crafter("learn_crafter_levers.json"),

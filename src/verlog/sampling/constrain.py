@@ -202,8 +202,9 @@ class ActionConstraint:
                 longest, most = self.answer(action, reason=""), tokens
         if most > self.max_tokens:  # named once, for the longest answer: one fix covers every action
             raise ConstraintError(
-                f"{env_id}: the answer {longest!r} can take up to {most} tokens (one a byte), more than "
-                f"prompt.max_response_tokens = {self.max_tokens} (fix: raise it to {most})"
+                f"{env_id}: the answer {longest!r} can take up to {most} tokens"
+                f"{'' if self.word_level else ' (one a byte)'}, more than prompt.max_response_tokens = "
+                f"{self.max_tokens} (fix: raise it to {most})"
             )
 
     # ------------------------------------------------------------------ masks
