@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         return _bad_input(parser, str(missing))
     except SamplerError as error:  # vLLM missing, or a model it cannot load: one line, nothing written lost
         parser.exit(2, f"{parser.prog}: sampler: {error}\n")
-    except ConstraintError as error:  # sampling.constrain on actions it cannot hold; checked before weights load
+    except ConstraintError as error:  # actions sampling.constrain cannot hold: checked before weights load
         parser.exit(2, f"{parser.prog}: constrain: {error}\n")
     except CheckpointError as error:  # nothing loaded from it: the run folder is as it was
         print(f"{parser.prog}: resume: {error}", file=sys.stderr)

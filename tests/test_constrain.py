@@ -161,7 +161,9 @@ def test_what_cannot_be_constrained_is_one_clear_line(bpe: Path, words: Path) ->
         think.check(["Do"], CRAFTER)
     # The cap is checked against the longest answer, so the one fix named covers every action (9 bytes would not).
     short = action_constraint(load_tokenizer(str(bpe)), str(bpe), answer_format="action", max_tokens=8)
-    with pytest.raises(ConstraintError, match=r"'(turn right|go forward)' can take up to 10 tokens .* it to 10\)"):
+    with pytest.raises(
+        ConstraintError, match=r"'(turn right|go forward)' can take up to 10 tokens .* it to 10\)"
+    ):
         short.check(first_info(BABYAI)["valid_actions"], BABYAI)
     # A sampler with a constraint refuses a turn that comes without actions (an env that stopped listing them).
     sampler = TransformersSampler(torch.nn.Linear(1, 1), tokenizer, max_new_tokens=1, constraint=constraint)
