@@ -140,6 +140,7 @@ def test_the_update_trains_on_constrained_answers(words: Path, tmp_path: Path) -
     lines = (trainer.run_dir / "metrics.jsonl").read_text().splitlines()
     records = [r for r in map(json.loads, lines) if "losses/clipfrac" in r]
     assert [r["env/invalid_action_rate"] for r in records] == [0.0, 0.0]
+    assert [r["sampling/constraint_refused"] for r in records] == [0.0, 0.0]  # logged: every answer replayed
     assert records[0]["losses/clipfrac"] == 0.0 and abs(records[0]["losses/approx_kl"]) < 1e-6
     assert abs(records[0]["charts/kl_to_reference"]) < 1e-6  # the reference is the untrained actor
     assert trainer.learner.constraint is not None and trainer.learner.constraint.refused == 0

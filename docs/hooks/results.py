@@ -348,19 +348,24 @@ def crafter_achievements(name: str = "learn_crafter.json") -> str:
     return table(["achievement", *(label for label, _ in blocks)], rows)
 
 
-def _training_return(entry: Mapping[str, Any], last: int = 10) -> float | None:
-    """The mean training return over the last ``last`` updates that finished an episode (the curve's)."""
-    values = [_number(r.get("charts/episodic_return")) for r in entry.get("curve", [])]
+def _training_return(
+    entry: Mapping[str, Any], last: int = 10, key: str = "charts/episodic_return"
+) -> float | None:
+    """The mean of the curve's ``key`` (the training return) over the last ``last`` updates that finished an
+    episode."""
+    values = [_number(r.get(key)) for r in entry.get("curve", [])]
     values = [v for v in values if v is not None][-last:]
     return sum(values) / len(values) if values else None
 
 
-def _turns_to_reach(entry: Mapping[str, Any], target: float, window: int = 10) -> int | None:
-    """The first global step at which the mean training return over the last ``window`` updates that finished
-    an episode reaches ``target`` (None: never)."""
+def _turns_to_reach(
+    entry: Mapping[str, Any], target: float, window: int = 10, key: str = "charts/episodic_return"
+) -> int | None:
+    """The first global step at which the mean of the curve's ``key`` (the training return) over the last
+    ``window`` updates that finished an episode reaches ``target`` (None: never)."""
     seen: list[float] = []
     for record in entry.get("curve", []):
-        value = _number(record.get("charts/episodic_return"))
+        value = _number(record.get(key))
         if value is None:
             continue
         seen = (seen + [value])[-window:]
@@ -399,6 +404,35 @@ def constrained_vs_free(
     if APPROXIMATE in text:
         text += f"\n\n{APPROXIMATE} SE from the stored achievement rates alone (the free runs' episodes were not kept)."
     return text
+
+
+def constrained_vs_free_success(
+    free: str = "learn_real.json", constrained: str = "learn_real_constrained.json"
+) -> str:
+    """``constrained_vs_free`` for a success task (the SmolLM2 demonstrations): the judged success of the free
+    and the constrained model seed by seed, the free model's invalid answers before and after training, and the
+    turns the constrained run took to reach the free run's final training success."""
+    free_seeds = {e.get("seed"): e for e in seeds(load(free))}
+    rows = []
+    for e in seeds(load(constrained)):
+        f = free_seeds.get(e.get("seed"))
+        if f is None:
+            continue
+        target = _training_return(f, key="env/success")
+        reached = _turns_to_reach(e, target, key="env/success") if target is not None else None
+        before, after = _invalid(f.get("zero_shot")), _invalid(f.get("trained"))
+        rows.append([
+            f"seed {e.get('seed')}", figure(f.get("trained")), figure(e.get("trained")),
+            figure(e.get("zero_shot")), figure(e.get("random")),
+            f"{100 * before:.0f} → {100 * after:.0f} %" if before is not None and after is not None else "",
+            (f"{reached:,} of {int(f.get('turns', 0)):,}" if reached is not None else "not reached")
+            + (f" (target {100 * target:.0f} %)" if target is not None else ""),
+            _verdict(f.get("passed")), _verdict(e.get("passed")),
+        ])  # fmt: skip
+    header = ["seed", "success, free", "success, constrained", "zero-shot, constrained", "random",
+              "free model's invalid answers, before → after", "turns to the free run's final training success",
+              "free passes", "constrained passes"]  # fmt: skip
+    return table(header, rows)
 
 
 def _zs(row: Mapping[str, Any], gain: str) -> str:
@@ -762,6 +796,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "crafter_reading": crafter_reading,
     "long_run": long_run,
     "constrained_vs_free": constrained_vs_free,
+    "constrained_vs_free_real": constrained_vs_free_success,
     "crafter_free": lambda: crafter("learn_crafter_free.json"),
     "crafter_free_achievements": lambda: crafter_achievements("learn_crafter_free.json"),
     "crafter_constrained": lambda: crafter("learn_crafter_constrained.json"),
