@@ -25,8 +25,8 @@ from verlog.runkit.folder import CONFIG_FILE
 from verlog.runkit.validate import ConfigProblems, validate
 
 
-@closed_pipe_ok
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
+    """The script's arguments (its docstring is the help)."""
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -39,6 +39,12 @@ def main(argv: list[str] | None = None) -> int:
         help="show the libraries' own output (load reports, progress bars) instead of keeping it in RUN/console.log",
     )
     parser.add_argument("overrides", nargs="*", metavar="section.key=value", help="config overrides")
+    return parser
+
+
+@closed_pipe_ok
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
     if args.help_config:
         print(describe())

@@ -435,6 +435,30 @@ def constrained_vs_free_success(
     return table(header, rows)
 
 
+def training_speed(preset: str = "learn_crafter") -> str:
+    """One line: a preset's training turns per second and where an update's time goes (``training.json``,
+    ``nox -s bench_training``), with the load it was measured under."""
+    entry = load("training.json")["presets"][preset]
+    phases = entry["phases_s"]
+    names = {
+        "generate": "sampling",
+        "env": "env steps",
+        "prompt": "prompts",
+        "score": "scoring",
+        "update": "the update",
+    }
+    parts = ", ".join(
+        f"{names[k]} {v:.1f} s" for k, v in sorted(phases.items(), key=lambda kv: -kv[1]) if v >= 0.05
+    )
+    load_start, load_end = entry["load_average"]
+    return (
+        f"`envs/{preset}.toml` trains at **{entry['turns_per_s']:.0f} turns/s** ({entry['torch_threads']} torch "
+        f"thread{'s' if entry['torch_threads'] != 1 else ''}, {entry['num_envs']} envs × {entry['turns_per_update']} "
+        f"turns an update, {entry['update_s']:.1f} s an update: {parts}; load {load_start:.2f} at the start, "
+        f"{load_end:.2f} at the end, `nox -s bench_training`)."
+    )
+
+
 def _zs(row: Mapping[str, Any], gain: str) -> str:
     """An ablation row's per-seed gains ``z_<gain>`` in SEs (empty where its seeds have none)."""
     return ", ".join(f"{z:+.1f}" for z in row.get(f"z_{gain}", []) if _number(z) is not None)
@@ -796,7 +820,6 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "crafter_reading": crafter_reading,
     "long_run": long_run,
     "constrained_vs_free": constrained_vs_free,
-    "constrained_vs_free_real": constrained_vs_free_success,
     "crafter_free": lambda: crafter("learn_crafter_free.json"),
     "crafter_free_achievements": lambda: crafter_achievements("learn_crafter_free.json"),
     "crafter_constrained": lambda: crafter("learn_crafter_constrained.json"),

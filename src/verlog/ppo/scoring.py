@@ -175,10 +175,13 @@ def score_metrics(
     storage: TurnStorage, *, values: bool, old_logprobs: bool, reference: bool
 ) -> dict[str, float]:
     """What scoring found, per response token: the mean value, how far the sampler's log-probs are from the
-    learner's (the same weights: kernels and precision only), and the KL to the reference."""
+    learner's (the same weights: kernels and precision only), and the KL to the reference; under a constraint,
+    the answers its replayed grammar refused so far (not sampled under it: they keep the free distribution)."""
     mask = storage.response_mask
     tokens = mask.sum().clamp(min=1)
     metrics = {}
+    if storage.constraint is not None:
+        metrics["sampling/constraint_refused"] = float(storage.constraint.refused)
     if values:
         metrics["charts/value"] = float(storage.values[:-1].mean())
     if old_logprobs:

@@ -354,8 +354,6 @@ class Trainer:
         metrics["charts/turns_per_s"] = batch / elapsed
         metrics["charts/tokens_per_s"] = metrics["charts/generated_tokens"] / elapsed
         metrics["charts/temperature"] = cfg.sampling.temperature
-        if self.learner.constraint is not None:  # answers the replayed grammar refused: not sampled under it
-            metrics["sampling/constraint_refused"] = float(self.learner.constraint.refused)
         # Resident memory: a long run's should stay flat (histories, storage, resets and logging must not grow).
         metrics["sys/rss_mb"] = psutil.Process().memory_info().rss / 2**20
         return self._mean_over_processes(metrics, self.rollout.episode_counts)
