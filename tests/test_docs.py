@@ -223,17 +223,33 @@ def test_game_pictures_and_texts_are_what_the_script_makes(game: str) -> None:
         assert np.array_equal(np.asarray(png.convert("RGB")), picture), hint
 
 
-@pytest.mark.parametrize(
-    "game", ["nethack", "textworld"]
-)  # MiniHack's text is NetHack's (and its import is slow)
-def test_text_only_games_texts_are_what_the_script_makes(game: str) -> None:
+@pytest.mark.parametrize("game", ["nethack", "minihack", "textworld"])
+def test_text_only_games_screens_and_texts_are_what_the_script_makes(game: str) -> None:
+    np = pytest.importorskip("numpy")
+    image = pytest.importorskip("PIL.Image")
     try:
-        _, text = pictures.shoot(game)
+        picture, text = pictures.shoot(game)
     except ImportError as error:
         pytest.skip(f"{game} is not installed ({error})")
-    assert (ROOT / "docs" / "games" / "text" / f"{game}.txt").read_text() == text.rstrip("\n") + "\n", (
-        f"docs/games/text/{game}.txt is stale: run python docs/gen_pictures.py {game}"
+    hint = f"docs/games/*/{game}.* are stale: run python docs/gen_pictures.py {game}"
+    assert (ROOT / "docs" / "games" / "text" / f"{game}.txt").read_text() == text.rstrip("\n") + "\n", hint
+    with image.open(ROOT / "docs" / "games" / "img" / f"{game}.png") as png:
+        assert np.array_equal(np.asarray(png.convert("RGB")), picture), hint
+
+
+def test_a_text_game_screen_is_its_terminal_rows() -> None:
+    """NetHack's and MiniHack's: the message row, then the map block (tty rows 1-23); TextWorld's: its text."""
+    state = (
+        "inventory:\na: a sword\n\nmessage:\nHello!\nmore\n\ncursor:\n(x=1, y=2)\n\nmap:\n\n  @.\nDlvl:1\n"
     )
+    assert pictures.screen(state) == ["Hello!", "", "  @.", "Dlvl:1"]
+    assert pictures.screen("-= Cellar =-\n" + "word " * 20) == [
+        "-= Cellar =-",
+        "word " * 15 + "word",
+        "word " * 3 + "word",
+    ]
+    picture = pictures.terminal(["@"])
+    assert picture.shape[1] == (pictures.COLUMNS * 6 + 2 * pictures.MARGIN) * pictures.SCALE
 
 
 # ------------------------------------------------------------------------------------- the layout page
