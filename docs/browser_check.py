@@ -28,8 +28,20 @@ from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
 
-#: Pages opened by default: the home page, a game page with a picture, the results (figures), the API page.
-PAGES = ("", "games/babyai/", "games/crafter/", "results/", "api/")
+#: Pages opened by default: the home page, every game page (pictures, tables made from the code), the results
+#: (figures, wide tables), the API page.
+PAGES = (
+    "",
+    "games/",
+    "games/babyai/",
+    "games/crafter/",
+    "games/babaisai/",
+    "games/minihack/",
+    "games/nethack/",
+    "games/textworld/",
+    "results/",
+    "api/",
+)
 #: Section titles the navigation must show on every page.
 NAV_TITLES = ("Games", "Training", "Results", "API reference")
 
