@@ -127,8 +127,12 @@ def test_a_demonstration_with_a_new_layout_is_one_line(
         "| SmolLM2, Crafter | progression | 9.1 ± 1.0 % | 9.1 ± 1.0 % | 18.2 ± 1.2 % (seed 1)<br> (seed 2) | 1 of 2 |"
         == row
     )
-    per_seed = results.demonstrations([("learn_crafter.json", "SmolLM2, Crafter")])
-    assert "10.0 min" in per_seed and "✗" in per_seed
+    per_seed = results.demonstrations([("learn_crafter.json", "SmolLM2, Crafter")]).replace(results.NBSP, " ")
+    assert per_seed.splitlines()[0].startswith(
+        "| recipe | seed | progression before, % | progression after, % |"
+    )
+    assert "| <code>learn_crafter</code> | 1 | 9.1 ± 1.0 | 18.2 ± 1.2 | +9.1 ± 1.6 |" in per_seed
+    assert "| 10.0 | ✓ |" in per_seed and "✗" in per_seed
 
 
 def test_crafter_achievement_rates_show_every_seed_with_its_standard_error(
@@ -202,6 +206,25 @@ def test_the_tiny_demo_reports_its_held_out_gain_as_every_demonstration_does() -
     (entry,) = results.seeds(results.load("learn.json"))
     assert entry["z"] == entry["evaluation_verdict"]["vs_initial"]["z"] != entry["windows"]["z"]
     assert f"z = {entry['windows']['z']:.1f}" in results.learn_demo()
+
+
+def test_the_per_seed_tables_hold_one_measure_a_column_and_the_held_out_gain() -> None:
+    """A table per measure (success, Crafter score), so before, after and their difference mean the same in every
+    row; the difference is the held-out one the verdict used: its z is the file's (the tiny demo's too, not its
+    training windows')."""
+    files = results.DEMONSTRATIONS + results.OTHER_RECIPES
+    text = results.demonstrations(files).replace(results.NBSP, " ")
+    headers = [t.splitlines()[0] for t in text.split("\n\n") if t.startswith("| recipe | seed |")]
+    measures = [h.split(" | ")[2] for h in headers]
+    assert sorted(measures) == ["Crafter score before", "success before, %"], measures
+    for name, _ in files:
+        for entry in results.seeds(results.load(name)):
+            key = results._measure(results.before_after(entry)[0])
+            gain, se = results._gain(entry, key)
+            z = entry["z"] if "z" in entry else entry["gains"][f"{key}_over_untrained"]["z"]
+            assert gain / se == pytest.approx(z), (name, entry.get("seed"))
+    assert "| <code>learn</code> | 1 | 12.5 ± 3.4 | 96.9 ± 1.8 | +84.4 ± 3.8 |" in text
+    assert "<code>learn_crafter_<wbr>constrained_<wbr>critic_ent</code>" in text  # breaks between words
 
 
 def test_the_headline_rows_follow_the_demonstrations_list() -> None:
