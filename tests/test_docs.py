@@ -3,7 +3,7 @@
 README's results table and the results page are made from ``benchmarks/results/*.json`` (``docs/hooks/results.py``);
 the game pages' tables from the registry and the env classes (``docs/hooks/games.py``); the game pictures from
 seeded states (``docs/gen_pictures.py``); the site is built with ``mkdocs build --strict`` (a broken link, anchor
-or API reference fails) and, where chromium is installed, opened headless.
+or API reference fails) and, where chromium is installed, opened headless at 1280 px.
 """
 
 from __future__ import annotations
@@ -479,7 +479,7 @@ def test_the_site_renders_in_a_headless_browser(site: Path, tmp_path: Path) -> N
             "chromium is not installed (apt-get install -y chromium); nox -s docs_browser runs this check"
         )
     pages = [page for page in browser.PAGES if page.startswith("games/") and page != "games/"] + ["results/"]
-    checked = browser.check(site, pages, shots=tmp_path)
+    checked = browser.check(site, pages, shots=tmp_path)  # the layout at 1280 px too
     for page in checked:
         assert not page.problems, (page.page, page.problems)
         assert page.nav_links > 20 and page.images >= 1 and page.screenshot.is_file()
