@@ -1,9 +1,13 @@
-"""Open the built site in headless chromium and check that its navigation and pictures render.
+"""Open the built site in headless chromium and check that its navigation, pictures and layout render.
 
 Serves a built site (``mkdocs build``'s ``site/``) on a loopback port, and for a few pages runs chromium
-headless twice: ``--dump-dom`` (the DOM after the page loaded, scripts run) and ``--screenshot``. A page passes
+headless three times: ``--dump-dom`` (the DOM after the page loaded, scripts run), ``--dump-dom`` of a page that
+lays the page out in a frame :data:`WIDTH` pixels wide and measures it, and ``--screenshot``. A page passes
 when its DOM has Material's navigation with the site's sections, every ``<img>`` of its article was fetched
-from the server with status 200 and is a real image of the size it says, and its screenshot is not blank::
+from the server with status 200 and is a real image of the size it says, at :data:`WIDTH` pixels no table is
+wider than its column (none scrolls sideways, so no column hides), no table cell breaks a word across lines,
+no code block is wider than its box (a long line wraps: none scrolls or is clipped), and its screenshot is not
+blank::
 
     python docs/browser_check.py site                  # the default pages; screenshots into site-shots/
     python docs/browser_check.py site --shots DIR --page games/crafter/
@@ -15,7 +19,9 @@ from __future__ import annotations
 
 import argparse
 import functools
+import html
 import http.server
+import json
 import os
 import re
 import shutil
@@ -28,8 +34,57 @@ from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
 
-#: Pages opened by default: the home page, a game page with a picture, the results (figures), the API page.
-PAGES = ("", "games/babyai/", "games/crafter/", "results/", "api/")
+#: Pages opened by default: the home page, every game page (pictures, tables made from the code), the results
+#: (figures, wide tables), the API page.
+PAGES = (
+    "",
+    "games/",
+    "games/babyai/",
+    "games/crafter/",
+    "games/babaisai/",
+    "games/minihack/",
+    "games/nethack/",
+    "games/textworld/",
+    "results/",
+    "api/",
+)
+#: The window width the layout is checked at: a laptop's.
+WIDTH = 1280
+#: The page that lays a page out in a frame WIDTH pixels wide and writes what it measured into its DOM as JSON:
+#: tables wider than their column, table cells whose words break across lines, code blocks wider than their box.
+LAYOUT = "/__layout__.html"
+_LAYOUT_HTML = """<!doctype html><html><body style="margin:0">
+<iframe id="frame" style="width:{width}px;height:900px;border:0"></iframe><pre id="layout">pending</pre>
+<script>
+const frame = document.getElementById("frame");
+function measure() {
+  const doc = frame.contentDocument, problems = new Set();
+  const label = (el) => (el.textContent || "").trim().replace(/\\s+/g, " ").slice(0, 40);
+  doc.querySelectorAll("article table").forEach((table, i) => {
+    const column = (table.closest(".md-typeset__scrollwrap") || table.parentElement).clientWidth;
+    if (table.scrollWidth > column + 1)
+      problems.add(`table ${i + 1} ("${label(table.rows[0])}") is ${table.scrollWidth} px wide in a ${column} px column`);
+    const walker = doc.createTreeWalker(table, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      for (const word of node.data.matchAll(/[A-Za-z0-9]{2,}/g)) {
+        const range = doc.createRange();
+        range.setStart(node, word.index);
+        range.setEnd(node, word.index + word[0].length);
+        const tops = new Set([...range.getClientRects()].map((r) => Math.round(r.top)));
+        if (tops.size > 1) problems.add(`table ${i + 1} breaks the word "${word[0]}" across lines`);
+      }
+    }
+  });
+  doc.querySelectorAll("article pre > code").forEach((code, i) => {
+    if (code.scrollWidth > code.clientWidth + 1)
+      problems.add(`code block ${i + 1} ("${label(code)}") is ${code.scrollWidth} px wide in a ${code.clientWidth} px box`);
+  });
+  document.getElementById("layout").textContent = JSON.stringify({width: frame.clientWidth, problems: [...problems]});
+}
+frame.onload = () => setTimeout(measure, 1000);
+frame.src = new URLSearchParams(location.search).get("page");
+</script></body></html>
+""".replace("{width}", str(WIDTH))
 #: Section titles the navigation must show on every page.
 NAV_TITLES = ("Games", "Training", "Results", "API reference")
 
@@ -43,9 +98,19 @@ def chromium() -> str | None:
 
 
 class _Handler(http.server.SimpleHTTPRequestHandler):
-    """Serves the site and records every request's path and status."""
+    """Serves the site, and the layout page at :data:`LAYOUT`; records every request's path and status."""
 
     log: list[tuple[str, int]]
+
+    def do_GET(self) -> None:
+        if self.path.split("?")[0] != LAYOUT:
+            return super().do_GET()
+        body = _LAYOUT_HTML.encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
 
     def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
         self.log.append((self.path.split("?")[0], int(code) if str(code).isdigit() else 0))
@@ -99,7 +164,7 @@ class PageResult:
 
 def _run(binary: str, args: Sequence[str], timeout: float) -> subprocess.CompletedProcess[str]:
     flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--hide-scrollbars",
-             "--no-first-run", "--virtual-time-budget=4000", "--window-size=1400,1000"]  # fmt: skip
+             "--no-first-run", "--virtual-time-budget=4000", f"--window-size={WIDTH + 120},1000"]  # fmt: skip
     with tempfile.TemporaryDirectory() as profile:
         return subprocess.run(
             [binary, *flags, f"--user-data-dir={profile}", *args],
@@ -123,6 +188,19 @@ def _not_blank(path: Path) -> bool:
     with Image.open(path) as image:
         colours = image.convert("RGB").getcolors(maxcolors=1 << 20)
     return colours is None or len(colours) > 50
+
+
+def layout(binary: str, base: str, page: str, timeout: float = 60) -> list[str]:
+    """What the layout page measured for ``page`` at :data:`WIDTH` pixels: a line per problem."""
+    dom = _run(binary, ["--dump-dom", f"{base}{LAYOUT.lstrip('/')}?page=/{page}"], timeout).stdout
+    found = re.search(r'<pre id="layout">(.*?)</pre>', dom, re.DOTALL)
+    try:
+        measured = json.loads(html.unescape(found.group(1))) if found else None
+    except json.JSONDecodeError:
+        measured = None
+    if not isinstance(measured, dict):
+        return [f"the layout of {page or '/'} could not be measured"]
+    return [f"at {WIDTH} px: {problem}" for problem in measured["problems"]]
 
 
 def check(
@@ -169,6 +247,7 @@ def check(
                 if _png_size(file) is None and file.suffix.lower() not in {".svg", ".jpg", ".jpeg", ".gif"}:
                     result.problems.append(f"image {src} is not a picture file")
                 result.images += 1
+            result.problems += layout(binary, base, page, timeout)
             if shots is not None:
                 shots.mkdir(parents=True, exist_ok=True)
                 shot = shots / ((page.strip("/").replace("/", "-") or "home") + ".png")

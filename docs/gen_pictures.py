@@ -2,8 +2,10 @@
 
 For each game this writes, under ``docs/games/``:
 
-- ``img/<game>.png``: the state drawn by ``render_mode="rgb_array"`` (BabyAI, Crafter, BabaIsAI; NetHack,
-  MiniHack and TextWorld draw no image: their screen is text, which the model is shown);
+- ``img/<game>.png``: the state drawn by ``render_mode="rgb_array"`` (BabyAI, Crafter, BabaIsAI); NetHack,
+  MiniHack and TextWorld draw no image (their screen is text), so theirs is that screen drawn as a terminal
+  shows it (NetHack and MiniHack: the message row, the map and the two status lines; TextWorld: the game's
+  text), in Pillow's built-in bitmap font, which draws the same pixels everywhere;
 - ``text/<game>.txt``: the user message the learner builds for that state with the default prompt
   (``prompt.style = "short"``, ``format = "action"``, memory ``history`` with ``turns = 1``).
 
@@ -16,7 +18,9 @@ Seeds are fixed, so a run gives the same files (``tests/test_docs.py`` checks th
 from __future__ import annotations
 
 import argparse
+import re
 import sys
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +37,7 @@ class Shot:
     seed: int
     actions: tuple[str, ...] = ()
     kwargs: dict[str, Any] = field(default_factory=dict)
-    image: bool = True  # the env has render_mode="rgb_array"
+    image: bool = True  # the env has render_mode="rgb_array"; else the picture is its screen as a terminal
 
 
 SHOTS: dict[str, Shot] = {
@@ -54,8 +58,37 @@ def prompt_text(observation: str, info: dict[str, Any]) -> str:
     return builder.messages(info, observation)[-1]["content"]
 
 
+#: A terminal picture: columns, cell size of Pillow's built-in font, colours, margin, and the scale it is saved
+#: at (the page shows it at half that width: sharp on a high-density screen, exact pixels on any other).
+COLUMNS, CELL, INK, PAPER, MARGIN, SCALE = 80, (6, 11), (214, 214, 214), (24, 24, 24), 6, 2
+
+
+def screen(state_text: str) -> list[str]:
+    """What a terminal shows for a text game's state: NetHack's and MiniHack's message row, map and status
+    lines (the ``message:`` and ``map:`` blocks of BALROG's text), or TextWorld's text wrapped to 80 columns."""
+    blocks = dict(re.findall(r"^([a-z ]+):\n(.*?)\n(?=^[a-z ]+:\n|\Z)", state_text, re.DOTALL | re.MULTILINE))
+    if "map" in blocks:
+        return [blocks.get("message", "").split("\n")[0], *blocks["map"].split("\n")]
+    return [part for line in state_text.splitlines() for part in textwrap.wrap(line, COLUMNS) or [""]]
+
+
+def terminal(lines: Sequence[str]) -> Any:
+    """The lines drawn light on dark in Pillow's built-in 6x11 bitmap font, as an rgb array."""
+    import numpy as np
+    from PIL import Image, ImageDraw, ImageFont
+
+    font = ImageFont.load_default_imagefont()
+    (width, height), rows = CELL, [line[:COLUMNS] for line in lines]
+    size = (COLUMNS * width + 2 * MARGIN, len(rows) * height + 2 * MARGIN)
+    image = Image.new("RGB", size, PAPER)
+    draw = ImageDraw.Draw(image)
+    for row, line in enumerate(rows):
+        draw.text((MARGIN, MARGIN + row * height), line, font=font, fill=INK)
+    return np.asarray(image.resize((size[0] * SCALE, size[1] * SCALE), Image.Resampling.NEAREST))
+
+
 def shoot(name: str) -> tuple[Any, str]:
-    """``(picture, text)``: the rgb array (``None`` for a game without one) and the model's text."""
+    """``(picture, text)``: the rgb array (a text game's: its screen, :func:`terminal`) and the model's text."""
     import gymnasium as gym
 
     import verlog  # noqa: F401  (registers the ids)
@@ -68,7 +101,7 @@ def shoot(name: str) -> tuple[Any, str]:
         observation, info = env.reset(seed=shot.seed)
         for action in shot.actions:
             observation, _, _, _, info = env.step(action)
-        picture = env.render() if shot.image else None
+        picture = env.render() if shot.image else terminal(screen(info["state_text"]))
         return picture, prompt_text(observation, info)
     finally:
         env.close()
@@ -80,13 +113,12 @@ def write(name: str, root: Path = HERE) -> list[Path]:
     (root / "text").mkdir(parents=True, exist_ok=True)
     written = [root / "text" / f"{name}.txt"]
     written[0].write_text(text.rstrip("\n") + "\n")
-    if SHOTS[name].image:
-        from PIL import Image
+    from PIL import Image
 
-        (root / "img").mkdir(parents=True, exist_ok=True)
-        path = root / "img" / f"{name}.png"
-        Image.fromarray(picture).save(path, optimize=True)
-        written.append(path)
+    (root / "img").mkdir(parents=True, exist_ok=True)
+    path = root / "img" / f"{name}.png"
+    Image.fromarray(picture).save(path, optimize=True)
+    written.append(path)
     return written
 
 

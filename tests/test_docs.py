@@ -1,13 +1,16 @@
 """The documentation: README stays a short front page, the site builds strictly, and no figure drifts.
 
 README's results table and the results page are made from ``benchmarks/results/*.json`` (``docs/hooks/results.py``);
-the game pictures from seeded states (``docs/gen_pictures.py``); the site is built with ``mkdocs build --strict``
-(a broken link, anchor or API reference fails) and, where chromium is installed, opened headless.
+the game pages' tables from the registry and the env classes (``docs/hooks/games.py``); the game pictures from
+seeded states (``docs/gen_pictures.py``); the site is built with ``mkdocs build --strict`` (a broken link, anchor
+or API reference fails) and, where chromium is installed, opened headless at 1280 px.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib.util
+import inspect
 import json
 import os
 import re
@@ -17,6 +20,8 @@ from pathlib import Path
 
 import pytest
 from test_floors import ORDER, ROOT_FLOORS
+
+from verlog.cli import GAMES
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -33,6 +38,7 @@ def _module(path: Path, name: str):
 results = _module(ROOT / "docs" / "hooks" / "results.py", "verlog_docs_results")
 pictures = _module(ROOT / "docs" / "gen_pictures.py", "verlog_docs_pictures")
 browser = _module(ROOT / "docs" / "browser_check.py", "verlog_docs_browser")
+games = _module(ROOT / "docs" / "hooks" / "games.py", "verlog_docs_games")
 
 
 # ---------------------------------------------------------------------------------------------- README
@@ -121,8 +127,12 @@ def test_a_demonstration_with_a_new_layout_is_one_line(
         "| SmolLM2, Crafter | progression | 9.1 ± 1.0 % | 9.1 ± 1.0 % | 18.2 ± 1.2 % (seed 1)<br> (seed 2) | 1 of 2 |"
         == row
     )
-    per_seed = results.demonstrations([("learn_crafter.json", "SmolLM2, Crafter")])
-    assert "10.0 min" in per_seed and "✗" in per_seed
+    per_seed = results.demonstrations([("learn_crafter.json", "SmolLM2, Crafter")]).replace(results.NBSP, " ")
+    assert per_seed.splitlines()[0].startswith(
+        "| recipe | seed | progression before, % | progression after, % |"
+    )
+    assert "| <code>learn_crafter</code> | 1 | 9.1 ± 1.0 | 18.2 ± 1.2 | +9.1 ± 1.6 |" in per_seed
+    assert "| 10.0 | ✓ |" in per_seed and "✗" in per_seed
 
 
 def test_crafter_achievement_rates_show_every_seed_with_its_standard_error(
@@ -198,6 +208,25 @@ def test_the_tiny_demo_reports_its_held_out_gain_as_every_demonstration_does() -
     assert f"z = {entry['windows']['z']:.1f}" in results.learn_demo()
 
 
+def test_the_per_seed_tables_hold_one_measure_a_column_and_the_held_out_gain() -> None:
+    """A table per measure (success, Crafter score), so before, after and their difference mean the same in every
+    row; the difference is the held-out one the verdict used: its z is the file's (the tiny demo's too, not its
+    training windows')."""
+    files = results.DEMONSTRATIONS + results.OTHER_RECIPES
+    text = results.demonstrations(files).replace(results.NBSP, " ")
+    headers = [t.splitlines()[0] for t in text.split("\n\n") if t.startswith("| recipe | seed |")]
+    measures = [h.split(" | ")[2] for h in headers]
+    assert sorted(measures) == ["Crafter score before", "success before, %"], measures
+    for name, _ in files:
+        for entry in results.seeds(results.load(name)):
+            key = results._measure(results.before_after(entry)[0])
+            gain, se = results._gain(entry, key)
+            z = entry["z"] if "z" in entry else entry["gains"][f"{key}_over_untrained"]["z"]
+            assert gain / se == pytest.approx(z), (name, entry.get("seed"))
+    assert "| <code>learn</code> | 1 | 12.5 ± 3.4 | 96.9 ± 1.8 | +84.4 ± 3.8 |" in text
+    assert "<code>learn_crafter_<wbr>constrained_<wbr>critic_ent</code>" in text  # breaks between words
+
+
 def test_the_headline_rows_follow_the_demonstrations_list() -> None:
     rows = [
         line for line in results.headline().splitlines()[2:] if line.startswith("| ")
@@ -223,17 +252,128 @@ def test_game_pictures_and_texts_are_what_the_script_makes(game: str) -> None:
         assert np.array_equal(np.asarray(png.convert("RGB")), picture), hint
 
 
-@pytest.mark.parametrize(
-    "game", ["nethack", "textworld"]
-)  # MiniHack's text is NetHack's (and its import is slow)
-def test_text_only_games_texts_are_what_the_script_makes(game: str) -> None:
+@pytest.mark.parametrize("game", ["nethack", "minihack", "textworld"])
+def test_text_only_games_screens_and_texts_are_what_the_script_makes(game: str) -> None:
+    np = pytest.importorskip("numpy")
+    image = pytest.importorskip("PIL.Image")
     try:
-        _, text = pictures.shoot(game)
+        picture, text = pictures.shoot(game)
     except ImportError as error:
         pytest.skip(f"{game} is not installed ({error})")
-    assert (ROOT / "docs" / "games" / "text" / f"{game}.txt").read_text() == text.rstrip("\n") + "\n", (
-        f"docs/games/text/{game}.txt is stale: run python docs/gen_pictures.py {game}"
+    hint = f"docs/games/*/{game}.* are stale: run python docs/gen_pictures.py {game}"
+    assert (ROOT / "docs" / "games" / "text" / f"{game}.txt").read_text() == text.rstrip("\n") + "\n", hint
+    with image.open(ROOT / "docs" / "games" / "img" / f"{game}.png") as png:
+        assert np.array_equal(np.asarray(png.convert("RGB")), picture), hint
+
+
+def test_a_text_game_screen_is_its_terminal_rows() -> None:
+    """NetHack's and MiniHack's: the message row, then the map block (tty rows 1-23); TextWorld's: its text."""
+    state = (
+        "inventory:\na: a sword\n\nmessage:\nHello!\nmore\n\ncursor:\n(x=1, y=2)\n\nmap:\n\n  @.\nDlvl:1\n"
     )
+    assert pictures.screen(state) == ["Hello!", "", "  @.", "Dlvl:1"]
+    assert pictures.screen("-= Cellar =-\n" + "word " * 20) == [
+        "-= Cellar =-",
+        "word " * 15 + "word",
+        "word " * 3 + "word",
+    ]
+    picture = pictures.terminal(["@"])
+    assert picture.shape[1] == (pictures.COLUMNS * 6 + 2 * pictures.MARGIN) * pictures.SCALE
+
+
+# ------------------------------------------------------------------------------------------- game pages
+FAMILIES = [game.name.lower() for game in GAMES]
+
+
+def test_every_id_is_in_a_family_with_a_page_a_picture_a_nav_entry_and_the_browser_check() -> None:
+    import gymnasium as gym
+
+    from verlog.cli import _groups
+
+    ids = [env_id for env_id in gym.registry if env_id.startswith("verlog/")]
+    assert [game.name for game in _groups(ids)] == [game.name for game in GAMES], "an id of no game family"
+    nav = (ROOT / "mkdocs.yml").read_text()
+    for slug in FAMILIES:
+        page = ROOT / "docs" / "games" / f"{slug}.md"
+        assert page.is_file(), f"no page for the {slug} ids: {page}"
+        text = page.read_text()
+        missing = [part for part in games.RENDERERS if f"<!-- game: {slug} {part} -->" not in text]
+        assert not missing, f"docs/games/{slug}.md has no table of its {missing}"
+        assert f"](img/{slug}.png)" in text and (ROOT / "docs" / "games" / "img" / f"{slug}.png").is_file()
+        assert f": games/{slug}.md" in nav, f"mkdocs.yml's nav has no games/{slug}.md"
+        assert f"games/{slug}/" in browser.PAGES, f"docs/browser_check.py does not open games/{slug}/"
+
+
+def _table(markdown: str) -> list[list[str]]:
+    """A markdown table's body rows, each a list of cells."""
+    return [line.strip("| ").split(" | ") for line in markdown.splitlines()[2:] if line.startswith("| ")]
+
+
+@pytest.mark.parametrize("slug", FAMILIES)
+def test_a_family_page_tables_match_the_registry_and_the_env_class(slug: str) -> None:
+    """The ids are the registry's; each keyword argument's default is the constructor's that declares it, the
+    constructor takes every one of them, and takes no other; the actions are those an env made for the id offers."""
+    pytest.importorskip("griffe", reason="the dev extra's mkdocstrings brings griffe")
+    import gymnasium as gym
+    from gymnasium.envs.registration import load_env_creator
+
+    facts = games.family(slug)
+    assert not facts.problems, facts.problems
+    (game,) = [g for g in GAMES if g.name.lower() == slug]
+    registered = [env_id for env_id in gym.registry if env_id.startswith(game.prefix)]
+    assert [row[0].strip("`") for row in _table(games.ids(slug))] == registered
+    arguments = {row[0].strip("`"): row[1].split("`")[1] for row in _table(games.kwargs(slug))}
+    assert list(arguments) == [a.name for a in facts.arguments] and all(
+        a.description for a in facts.arguments
+    )
+    assert f"| **Ids** | {len(registered)}," in games.card(slug)
+    try:
+        cls = load_env_creator(facts.entry_point)
+    except ImportError as error:
+        pytest.skip(f"{game.name} is not installed ({error}): its tables come from the source alone")
+    declared = {}
+    for klass in reversed(cls.__mro__):
+        if "__init__" in vars(klass) and klass is not object:
+            declared.update(inspect.signature(klass.__init__).parameters)
+    own = [p for p in inspect.signature(cls.__init__).parameters.values() if p.kind is p.KEYWORD_ONLY or (
+        p.kind is p.POSITIONAL_OR_KEYWORD and p.name != "self")]  # fmt: skip
+    assert {p.name for p in own} <= set(arguments), "a constructor argument the table leaves out"
+    for name, default in arguments.items():
+        assert declared[name].default == ast.literal_eval(default), name
+    spec = gym.registry[registered[0]]
+    given = {name: ast.literal_eval(d) for name, d in arguments.items() if name not in spec.kwargs}
+    gym.make(registered[0], **given).close()  # every argument is taken at its listed default
+    with pytest.raises(TypeError):
+        gym.make(registered[0], no_such_argument=1)
+    for facts_id in facts.ids:
+        env = gym.make(facts_id.env_id).unwrapped
+        try:
+            assert facts_id.actions == tuple(env.offered_actions), facts_id.env_id
+        finally:
+            env.close()
+
+
+def test_a_family_table_without_its_games_packages_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The ids, the arguments and the card's prose come from the source; only the actions and caps need the
+    game, and without it their cells name the install."""
+    pytest.importorskip("griffe", reason="the dev extra's mkdocstrings brings griffe")
+    import gymnasium as gym
+
+    from verlog.extras import MissingPackage
+
+    def absent(env_id: str, **kwargs: object) -> None:
+        raise MissingPackage(
+            "verlog's NetHack and MiniHack envs need nle, which is not installed: pip install ..."
+        )
+
+    monkeypatch.setattr(gym, "make", absent)
+    monkeypatch.setattr(games, "family", games.family.__wrapped__)  # not the cached facts
+    card, ids, kwargs = (games.render("nethack", part) for part in ("card", "ids", "kwargs"))
+    assert "needs the nethack extra and nle (not installed here)" in card
+    assert "| `verlog/NetHack-v0` |" in ids and "needs the nethack extra and nle" in ids
+    assert "| `max_steps` | `100000` |" in kwargs
 
 
 # ------------------------------------------------------------------------------------- the layout page
@@ -327,6 +467,10 @@ def test_the_site_builds_strictly_with_pictures_tables_and_api(site: Path) -> No
     assert "make_vec" in api and "WatchdogConfig" in api and "lr_factor" in api
     crafter = (site / "games" / "crafter" / "index.html").read_text()
     assert 'src="../img/crafter.png"' in crafter and "You face grass" in crafter
+    for slug in FAMILIES:
+        page = (site / "games" / slug / "index.html").read_text()
+        assert f'src="../img/{slug}.png"' in page and page.count("<table>") >= 3, slug
+        assert "<!-- game:" not in page and "Keyword arguments" in page and 'id="ids"' in page, slug
 
 
 def test_the_site_renders_in_a_headless_browser(site: Path, tmp_path: Path) -> None:
@@ -334,7 +478,8 @@ def test_the_site_renders_in_a_headless_browser(site: Path, tmp_path: Path) -> N
         pytest.skip(
             "chromium is not installed (apt-get install -y chromium); nox -s docs_browser runs this check"
         )
-    checked = browser.check(site, ["games/crafter/", "results/"], shots=tmp_path)
+    pages = [page for page in browser.PAGES if page.startswith("games/") and page != "games/"] + ["results/"]
+    checked = browser.check(site, pages, shots=tmp_path)  # the layout at 1280 px too
     for page in checked:
         assert not page.problems, (page.page, page.problems)
         assert page.nav_links > 20 and page.images >= 1 and page.screenshot.is_file()

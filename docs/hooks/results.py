@@ -87,6 +87,8 @@ CRAFTER_NOTES = (
     "for scale."
 )
 
+#: Joins what must not wrap apart in a narrow cell: a figure and its SE, before and after.
+NBSP = "\u00a0"
 MARKER = re.compile(r"^([ \t]*)<!-- results: ([a-z0-9_]+) -->[ \t]*$", re.MULTILINE)
 README_BLOCK = re.compile(r"(<!-- results: ([a-z0-9_]+) -->\n).*?(<!-- /results -->)", re.DOTALL)
 
@@ -240,29 +242,102 @@ def headline(demonstrations: Iterable[tuple[str, str]] | None = None) -> str:
     return text
 
 
-def demonstrations(files: Iterable[tuple[str, str]]) -> str:
-    """One row per seed: before and after, the gain in standard errors, invalid answers, time, verdict."""
-    rows = []
+#: The figure a block reports, in :func:`figure`'s order: key -> (its name in a header, unit, scale, digits).
+MEASURES: dict[str, tuple[str, str, float, int]] = {
+    "crafter_score": ("Crafter score", "", 1.0, 2),
+    "success": ("success", "%", 100.0, 1),
+    "progression": ("progression", "%", 100.0, 1),
+    "return": ("return", "", 1.0, 2),
+}
+
+
+def _measure(block: Mapping[str, Any] | None) -> str:
+    """The key of the figure a block reports (:data:`MEASURES`), the first it has."""
+    return next((key for key in MEASURES if block and _number(block.get(key)) is not None), "")
+
+
+def _estimate(block: Mapping[str, Any] | None, key: str) -> tuple[float, float | None] | None:
+    value = _number((block or {}).get(key))
+    return None if value is None else (value, _number(_first(block, f"{key}_se", "se")))
+
+
+def _gain(entry: Mapping[str, Any], key: str) -> tuple[float, float] | None:
+    """After minus before on the held-out episodes, with its SE: the one the file's verdict used (Crafter's
+    ``gains``, the tiny demo's ``evaluation_verdict``), else from the two blocks (independent episodes' SEs)."""
+    stored = entry.get("gains", {}).get(f"{key}_over_untrained")
+    if stored is None and key == "success":
+        stored = (entry.get("evaluation_verdict") or {}).get("vs_initial")
+    if stored and _number(stored.get("gain")) is not None and _number(stored.get("se")) is not None:
+        return stored["gain"], stored["se"]
+    before, after = (_estimate(block, key) for block in before_after(entry))
+    if before is None or after is None or before[1] is None or after[1] is None:
+        return None
+    return after[0] - before[0], math.hypot(after[1], before[1])
+
+
+def _cell(key: str, estimate: tuple[float, float | None] | None, block: Any = None, sign: str = "") -> str:
+    """A per-seed cell: a figure of measure ``key`` in its table's unit, ± its SE, on one line."""
+    if estimate is None:
+        return ""
+    (value, se), (_, _, scale, digits) = estimate, MEASURES[key]
+    text = f"{value * scale:{sign}.{digits}f}"
+    if se is not None:
+        text += f" ± {se * scale:.{digits}f}" + (_approximate(block) if key == "crafter_score" else "")
+    return text.replace(" ", NBSP)  # a figure and its SE stay on one line
+
+
+def _recipe(name: str, piece: int = 10) -> str:
+    """A recipe's short name in the per-seed tables: its results file's stem (mostly its nox session's name),
+    free to wrap (``<wbr>``) after an underscore that ends at least ``piece`` characters, so that a long name
+    breaks between its words (``learn_crafter_`` ``constrained``), never in one, and a short one not at all."""
+    first, *rest = Path(name).stem.split("_")
+    out, line = first, len(first)
+    for word in rest:
+        out += "_<wbr>" + word if line >= piece else "_" + word
+        line = len(word) if line >= piece else line + 1 + len(word)
+    return f"<code>{out}</code>"
+
+
+def demonstrations(files: Iterable[tuple[str, str]], legend: bool = False) -> str:
+    """Per seed, one table per measure so that a column holds one measure for every row: the figure before
+    and after training on the same held-out episodes, after minus before with its SE, invalid answers as a
+    share of turns, the watchdog's rollbacks (where a recipe has them), the wall time, the verdict. ``legend``
+    puts a table of what each recipe is first (the headline table says it for the demonstrations)."""
+    groups: dict[str, list[tuple[str, str, dict[str, Any]]]] = {}
     for name, title in files:
         for entry in seeds(load(name)):
             before, after = before_after(entry)
+            groups.setdefault(_measure(before) or _measure(after), []).append((name, title, entry))
+    out = []
+    if legend:
+        out.append(table(["recipe", "what it is"], [[_recipe(name), title] for name, title in files]))
+    for key in groups:  # in the order the recipes come
+        label, unit, _, _ = MEASURES[key]
+        rollbacks = any("rollbacks" in entry for _, _, entry in groups[key])
+
+        rows = []
+        for name, _, entry in groups[key]:
+            before, after = before_after(entry)
             invalid = [_invalid(before), _invalid(after)]
-            rows.append(
-                [
-                    title,
-                    entry.get("seed", ""),
-                    figure(before),
-                    figure(after),
-                    _z(entry),
-                    " → ".join(f"{v:.3f}" for v in invalid) if None not in invalid else "",
-                    entry.get("rollbacks", ""),
-                    _minutes(entry.get("wall_s")),
-                    _verdict(entry.get("passed")),
-                ]
-            )
-    return table(
-        ["recipe", "seed", "before", "after", "gain (SE)", "invalid answers", "rollbacks", "wall", ""], rows
-    )
+            rows.append([
+                _recipe(name), entry.get("seed", ""), _cell(key, _estimate(before, key), before),
+                _cell(key, _estimate(after, key), after), _cell(key, _gain(entry, key), sign="+"),
+                f"{NBSP}→{NBSP}".join(f"{100 * v:.1f}" for v in invalid) if None not in invalid else "",
+                *([entry.get("rollbacks", "")] if rollbacks else []),
+                f"{_number(entry.get('wall_s')) / 60:.1f}" if _number(entry.get("wall_s")) is not None else "",
+                _verdict(entry.get("passed")),
+            ])  # fmt: skip
+        unit_text = f", {unit}" if unit else ""
+        header = [
+            "recipe", "seed", f"{label} before{unit_text}", f"{label} after{unit_text}",
+            "after − before" + (", points" if unit == "%" else "") + " ± SE", "invalid answers, % of turns, before → after",
+            *(["rollbacks"] if rollbacks else []), "wall, min", "passed",
+        ]  # fmt: skip
+        out.append(table(header, rows))
+    text = "\n\n".join(out)
+    if APPROXIMATE in text:
+        text += f"\n\n{APPROXIMATE} SE from the stored achievement rates alone (rates-only bootstrap)."
+    return text
 
 
 def _crafter_cell(block: Mapping[str, Any] | None, key: str, scale: float = 1.0, digits: int = 2) -> str:
@@ -465,30 +540,32 @@ def _zs(row: Mapping[str, Any], gain: str) -> str:
 
 
 def ablation(name: str = "learn_crafter_ablation_free.json") -> str:
-    """One row per ablation variant: trained return, Crafter score, achievements and progression over its seeds,
-    the per-seed gains over the untrained model and random, the updates it took at the shared turn budget; random
-    and the untrained model on the same episodes above them, the published agents below."""
+    """One row per ablation variant: trained return, Crafter score, achievements (progression is achievements / 22,
+    so it has no column) and length over its seeds, the per-seed gains over the untrained model and random, the
+    updates each seed took at the shared turn budget; random and the untrained model on the same episodes above
+    them, the published agents below."""
     data = load(name)
     entries = seeds(data)
-    width = 11
+    width = 9
     rows = []
     if entries:
         for label, block in (
             ("random", entries[0].get("random")),
             ("untrained", before_after(entries[0])[0]),
         ):
-            rows.append([label, "", *_crafter_figures(block), *[""] * 4])
+            figures = _crafter_figures(block)
+            rows.append([label, *figures[:3], figures[4], *[""] * 4])
     for r in data.get("table", []):
-        rows.append([f"`{r['variant']}`", ", ".join(str(s) for s in r["seeds"]),
-                     _crafter_cell(r, "return"), _crafter_cell(r, "crafter_score"), _crafter_cell(r, "achievements"),
-                     _crafter_cell(r, "progression", 100, 1), f"{r['length']:.0f}",
+        rows.append([f"`{r['variant']}`", _crafter_cell(r, "return"), _crafter_cell(r, "crafter_score"),
+                     _crafter_cell(r, "achievements"), f"{r['length']:.0f}",
                      _zs(r, "return_over_untrained") + " / " + _zs(r, "return_over_random"),
                      _zs(r, "crafter_score_over_untrained") + " / " + _zs(r, "crafter_score_over_random"),
-                     ", ".join(str(u) for u in r["updates"]), ", ".join(_verdict(p) for p in r.get("passed", []))])  # fmt: skip
-    header = ["variant", "seeds", "return", "Crafter score", "achievements", "progression %", "length",
-              "return gain (SE) over untrained / random", "score gain (SE) over untrained / random", "updates",
-              "passed"]  # fmt: skip
-    rows += [[agent, "", ret, score, *[""] * (width - 4)] for agent, ret, score, *_ in _paper_rows(width)]
+                     ", ".join(f"{s}: {u}" for s, u in zip(r["seeds"], r["updates"], strict=True)),
+                     ", ".join(_verdict(p) for p in r.get("passed", []))])  # fmt: skip
+    header = ["variant", "return", "Crafter score", "achievements", "length",
+              "return gain (SE) over untrained / random", "score gain (SE) over untrained / random",
+              "seed: updates", "passed"]  # fmt: skip
+    rows += _paper_rows(width)
     note = "\n\nA variant's figures: the mean over its seeds, ± SE over seeds. " + CRAFTER_NOTES
     return table(header, rows) + note
 
@@ -798,7 +875,7 @@ def rollout_smollm2() -> str:
 RENDERERS: dict[str, Callable[[], str]] = {
     "headline": headline,
     "demonstrations": lambda: demonstrations(DEMONSTRATIONS),
-    "other_recipes": lambda: demonstrations(OTHER_RECIPES),
+    "other_recipes": lambda: demonstrations(OTHER_RECIPES, legend=True),
     "runs": runs,
     "learn_demo": learn_demo,
     "speed": speed,

@@ -239,6 +239,18 @@ class BabyAITextEnv(TextEnv):
             tasks get no shaping. 0 (BALROG's sparse reward) is off.
         invalid_action_penalty, invalid_action_feedback, strict_parsing, render_mode: see
             :class:`~verlog.envs.base.TextEnv`; ``render_mode`` may also be ``"rgb_array"`` (the full grid).
+
+    Observation: BALROG's text of the 7x7 view in front of the agent: a line per wall seen straight ahead, left
+    and right (``a wall 6 steps forward``), then one per visible object with its offset (``a grey key 2 steps
+    left and 5 steps forward``). The mission is in the prompt and in ``info["mission"]``.
+
+    Reward: minigrid's, ``1 - 0.9 * t / max_steps`` on the step ``t`` that completes the mission, else 0 (plus
+    the shaping term when ``shaping`` is set).
+
+    Episode end: terminated when the mission succeeds or fails (minigrid's verifier: e.g. the wrong door
+    opened); truncated at minigrid's step cap for the level, which grows with the room and the task.
+
+    Progression: 1 when the mission succeeds, else 0.
     """
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi", "rgb_array"], "render_fps": 4}

@@ -56,6 +56,17 @@ class TextEnv(gym.Env[str, str], ABC):
     Subclasses set :attr:`actions` and :attr:`default_action` (and optionally :attr:`synonyms`) and implement
     the four hooks. ``render_mode="ansi"`` returns the current observation text unless a game overrides
     :meth:`render`.
+
+    Args:
+        invalid_action_penalty: added to the reward of a step whose answer named no valid action.
+        invalid_action_feedback: put a short note in front of the next observation after an invalid answer.
+        strict_parsing: BALROG's exact parsing (letter filter, case-sensitive exact match) instead of the
+            lenient default (case, punctuation and game synonyms ignored).
+        render_mode: ``"ansi"`` (the observation text) or one of the game's other ``render_modes``; no image
+            is drawn unless ``"rgb_array"`` asks.
+        invalid_action_fallback: the action run after an invalid answer (default: the game's, BALROG's).
+        offered_actions: a subset of the game's actions to list and accept (default: all of them).
+        shaping: weight of the game's potential-based shaping reward, for training (0: the game's own reward).
     """
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "render_fps": 4}

@@ -19,8 +19,6 @@ The game is :class:`crafter.Env` itself with BALROG's settings (64×64 world, 9�
   build the same fields from the fresh world, so the first observation is crafter's step 0 and
   ``max_steps`` counts exactly the agent's actions. (BALROG's world is one tick further along: creatures have
   moved once and the day/night cycle is shifted by one step.)
-* **Episode end.** Death (health 0) *terminates*; ``max_steps`` (2000, BALROG's) *truncates*. Crafter's own
-  10 000-step limit is switched off so the two never disagree.
 * **Text.** BALROG's current format, in the order its prompt shows the current observation: the status and
   inventory block first, then the sleeping / dead sentence, then the local view: every kind of thing in the
   9 wide × 7 tall window around the player (crafter's local view), scanned west to east and north to south,
@@ -243,6 +241,12 @@ class CrafterTextEnv(TextEnv):
             episode the player stands on a cell (0: crafter's reward alone); ``info["cells_visited"]`` counts them.
         invalid_action_penalty, invalid_action_feedback, strict_parsing, render_mode, invalid_action_fallback,
             offered_actions: see :class:`~verlog.envs.base.TextEnv`; ``render_mode`` may also be ``"rgb_array"`` (crafter's image).
+
+    Observation: BALROG's text: vitals and inventory, then the nearest thing of each kind in the 9x7 window
+    around the player with its distance and direction, then ``You face <name> at your front.``
+    Reward: Crafter's: +1 per achievement first unlocked in the episode, ±0.1 per health point won or lost.
+    Episode end: death terminates; ``max_steps`` actions truncate (Crafter's own 10 000-step cap is off).
+    Progression: achievements unlocked in the episode / 22.
     """
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi", "rgb_array"], "render_fps": 4}

@@ -126,7 +126,25 @@ def game_path(task: str, index: int) -> Path:
 
 
 class TextWorldTextEnv(TextEnv):
-    """One of BALROG's TextWorld task kinds; any text is a command for the game's parser."""
+    """One of BALROG's TextWorld task kinds; any text is a command for the game's parser.
+
+    Args:
+        task: the task kind, one of BALROG's (``coin_collector``, ``treasure_hunter``, ``cooking``).
+        games: the size of the pool an episode's game is drawn from, generated on first use and cached
+            (default: ``$VERLOG_TEXTWORLD_GAMES``, else BALROG's 25).
+        max_steps: commands before the episode is truncated (BALROG's 80).
+        **kwargs: :class:`~verlog.envs.base.TextEnv` options (invalid-action policy).
+
+    Observation: TextWorld's own text: the room's description and the game's answer to the last command (the
+    banner and the objective are cut from the first one; the objective is the goal). ``info["valid_actions"]``
+    are TextWorld's admissible commands.
+
+    Reward: the step's gain in the game's score.
+
+    Episode end: terminated when the game is won or lost; truncated after ``max_steps`` commands.
+
+    Progression: ``max(score / max_score, won)`` when the episode ends (a partial score counts), else 0.
+    """
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "render_fps": 4}
     default_action: ClassVar[str] = "look"

@@ -84,10 +84,17 @@ class BabaIsAIEnv(TextEnv):
             this is the dense signal. Wins, ``progression`` and success are unchanged. 0 (BALROG's) is off.
         **kwargs: :class:`~verlog.envs.base.TextEnv` options (invalid-action policy, ``render_mode``).
 
+    Observation: BALROG's text: ``Active rules:`` (one rule a line, ``baba is you``), then ``Objects on the
+    map:``, every object and word block with its offset from the object that is YOU (``door 1 step to the
+    right and 3 steps down``). ``info["rules"]`` has the rules as data.
+
     Reward: ``1 - 0.9 * t / max_steps`` on the step ``t`` that wins, ``-1`` on a defeat, else 0 (plus the
     shaping term when ``shaping`` is set).
-    An episode terminates on a win, a defeat, or when no object is YOU any more (``info["end_reason"]``
-    says which); it is truncated after ``max_steps`` steps.
+
+    Episode end: terminated on a win, a defeat, or when no object is YOU any more (``info["end_reason"]`` says
+    which); truncated after ``max_steps`` steps.
+
+    Progression: 1 on a win, else 0.
     """
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi", "rgb_array"], "render_fps": 4}

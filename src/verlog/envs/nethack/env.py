@@ -189,7 +189,26 @@ class _NLETextEnv(TextEnv):
 
 class NetHackTextEnv(_NLETextEnv):
     """``NetHackChallenge-v0`` with BALROG's text, its 86 action names plus the raw letter keys, ``esc`` for an
-    invalid answer, and progression = the best of the depth and experience-level tables reached."""
+    invalid answer, and progression = the best of the depth and experience-level tables reached.
+
+    Args:
+        max_steps: agent actions before the episode is truncated (NetHack's own stall stop usually ends it
+            first).
+        **kwargs: :class:`~verlog.envs.base.TextEnv` options (invalid-action policy).
+
+    Observation: BALROG's text for text models, blocks in its order: ``inventory`` (``a: <item>``),
+    ``message`` (every ``--More--`` answered inside the step), ``language observation`` (monsters, objects and
+    features with distance and compass words), ``cursor`` and ``map`` (the terminal screen with its two
+    status lines).
+
+    Reward: NLE's NetHack challenge reward: the change in the in-game score.
+
+    Episode end: terminated when the character dies or the game ends; truncated by NLE's stall stop (150 NLE
+    steps without game time passing) or after ``max_steps`` actions.
+
+    Progression: the highest value reached in the episode of BALROG's tables for the dungeon depth (``Dlvl``)
+    and the experience level (``Xp``): the share of human games that ascended after reaching it.
+    """
 
     nle_id = "NetHackChallenge-v0"
     default_action: ClassVar[str] = "esc"
@@ -238,7 +257,24 @@ class NetHackTextEnv(_NLETextEnv):
 
 
 class MiniHackTextEnv(_NLETextEnv):
-    """A MiniHack task with BALROG's settings and text; success = the last step's reward reaches 1."""
+    """A MiniHack task with BALROG's settings and text; success = the last step's reward reaches 1.
+
+    Args:
+        task: the task, one of BALROG's (:data:`MINIHACK_TASKS`).
+        max_steps: agent actions before the episode is truncated.
+        **kwargs: :class:`~verlog.envs.base.TextEnv` options (invalid-action policy).
+
+    Observation: BALROG's text, as NetHack's: ``inventory``, ``message``, ``language observation``,
+    ``cursor`` and ``map`` (the terminal screen with its two status lines).
+
+    Reward: MiniHack's: 1 on reaching the goal, -0.01 for each step in which no game time passes (BALROG's
+    ``penalty_step``), else 0.
+
+    Episode end: terminated when the goal is reached or the character dies; truncated after ``max_steps``
+    actions.
+
+    Progression: 1 when the last step's reward reaches 1 (a win), else 0.
+    """
 
     default_action: ClassVar[str] = "north"
     actions: tuple[str, ...] = ()
