@@ -38,7 +38,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import RESULTS, ROOT, mean_se
+from benchmarks.common import RESULTS, ROOT, locked, mean_se
 from benchmarks.demos.learn_crafter import ABLATION, VARIANTS, plot
 
 STEM = "learn_crafter_ablation"
@@ -151,17 +151,22 @@ def main(argv: Sequence[str] | None = None) -> int:
                 subprocess.run(
                     command, check=False, cwd=ROOT
                 )  # a variant that does not learn exits 1: still a result
-    entries = with_preset(cells(path), args.out)
-    if not entries:
+    if not args.out.is_dir():
         print(f"no results in {path}")
         return 1
-    rows = table(entries, variants_in(entries))
+    with locked(args.out):  # a cell finishing in another process writes the same file under this lock
+        entries = with_preset(cells(path), args.out)
+        if not entries:
+            print(f"no results in {path}")
+            return 1
+        rows = table(entries, variants_in(entries))
+        summary = json.loads(path.read_text())
+        summary["table"] = rows
+        path.write_text(json.dumps(summary, indent=2) + "\n")
     any_entry = next(iter(entries.values()))
     print_table(rows, any_entry["untrained"], any_entry["random"])
-    summary = json.loads(path.read_text())
-    summary["table"] = rows
-    path.write_text(json.dumps(summary, indent=2) + "\n")
-    plot(summary, path.with_suffix(".png"))
+    # the preset's own seeds are drawn too: they are the full preset's row
+    plot({**summary, "seeds": list(entries.values())}, path.with_suffix(".png"))
     return 0
 
 
