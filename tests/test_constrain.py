@@ -217,3 +217,20 @@ def test_verlog_eval_constrains_on_request_and_says_it_is_not_balrogs_protocol(
     short = [*argv[:-4], "--set", "prompt.max_response_tokens=9", "--out", str(tmp_path / "short")]
     assert main(short) != 0
     assert "raise it to 10" in capsys.readouterr().err
+
+
+def test_a_constrained_prompt_can_leave_the_action_list_out(words: Path) -> None:
+    """``prompt.list_actions = false``: the short prompt drops its "Actions: ..." line (the constraint already
+    holds the answer to them), and keeps the goal and the observation."""
+    tokenizer = load_tokenizer(str(words))
+    observation, info = gym.make(CRAFTER).reset(seed=0)
+    config = load_config(
+        Path(__file__).resolve().parents[1] / "envs" / "learn_crafter.toml", ["prompt.list_actions=false"]
+    )
+    listed = PromptBuilder(tokenizer, "action", 1024, style="short").from_info(observation, info)
+    unlisted = PromptBuilder(
+        tokenizer, "action", 1024, style="short", list_actions=config.prompt.list_actions
+    ).from_info(observation, info)
+    assert len(listed) - len(unlisted) >= len(info["valid_actions"])  # one token an action at least
+    text = tokenizer.decode(unlisted)
+    assert "Actions" not in text and "Goal" in text and "face" in text

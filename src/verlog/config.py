@@ -187,6 +187,9 @@ class PromptConfig:
     """Answer format asked for: the bare action, "THINK: ... ACTION: ...", or <think>/<action> tags."""
     format_request: str = ""
     """Text appended to the user message to ask for the format ("" = the style's default for `format`)."""
+    list_actions: bool = True
+    """The short style lists the valid actions after the observation; with answers constrained to them
+    (sampling.constrain = "actions") the list is only tokens to read, and false leaves it out."""
     max_prompt_tokens: int = 1024
     """Longest prompt; a longer one falls back to the current observation alone (counted in env/prompt_cuts)."""
     max_response_tokens: int = 64

@@ -98,6 +98,7 @@ class PromptBuilder:
         *,
         style: str = "full",
         examples: Sequence[tuple[str, str, str]] = (),
+        list_actions: bool = True,
     ) -> None:
         if format not in FORMAT_REQUESTS:
             raise ValueError(f"prompt format must be one of {sorted(FORMAT_REQUESTS)}, got {format!r}")
@@ -110,6 +111,7 @@ class PromptBuilder:
         self.format = format
         self.style = style
         self.examples = tuple(examples)
+        self.list_actions = list_actions  # the short style's "Actions: ..." line
         self.request = format_request or (FORMAT_REQUESTS[format] if style == "full" else "")
         self.max_prompt_tokens = max_prompt_tokens
         self.cuts = 0  # prompts that fell back to the current observation alone
@@ -131,7 +133,7 @@ class PromptBuilder:
     def _user(self, context: PromptContext, observation: str, *, example: bool = False) -> str:
         if self.style == "full":
             return f"{observation}\n\n{self.request}"
-        actions = f"Actions: {', '.join(context.actions)}." if context.actions else ""
+        actions = f"Actions: {', '.join(context.actions)}." if context.actions and self.list_actions else ""
         body = observation if example else f"Goal: {context.goal}\nObservation:\n{observation}"
         return "\n".join(part for part in (body, actions, self.request) if part)
 
@@ -215,4 +217,5 @@ def prompt_builder(tokenizer: Any, settings: Any, env_id: str) -> PromptBuilder:
         settings.format_request,
         style=settings.style,
         examples=prompt_examples(env_id, settings.examples),
+        list_actions=settings.list_actions,
     )
