@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -143,3 +144,31 @@ def test_unwhitened_advantages_are_for_gae_only() -> None:
     with pytest.raises(ConfigError, match=r'is for GAE; algo.advantage = .grpo. .*fix: algo.norm="mean"'):
         validate(config)
     validate(load_config(None, ["model.build_tiny=true", f"env.id={TOY_ID}", "ppo.whiten_advantages=false"]))
+
+
+def test_a_tiny_model_of_another_size_is_built_anew_not_reused(tmp_path: Path) -> None:
+    """model.tiny_hidden_size / tiny_layers size the tiny model; a folder built at another size is refused with
+    the fix, so a capacity probe never trains the preset's model by mistake."""
+    from verlog.models.sources import resolve_model_path
+
+    path = tmp_path / "tiny"
+    config = load_config(
+        ROOT / "envs" / "quick.toml",
+        [f"model.path={path}", "model.tiny_hidden_size=32", "model.tiny_layers=1"],
+    )
+    validate(config)
+    resolve_model_path(config.model, config.env)  # built on first use at the size asked for
+    built = json.loads((path / "config.json").read_text())
+    assert (built["hidden_size"], built["num_hidden_layers"]) == (32, 1)
+    validate(config)  # the same size again: reused
+    wider = load_config(ROOT / "envs" / "quick.toml", [f"model.path={path}", "model.tiny_hidden_size=64"])
+    with pytest.raises(
+        ConfigError, match=r"width 32 and 1 layers, not the 64 and 2 .*fix: a new model\.path"
+    ):
+        validate(wider)
+    with pytest.raises(ConfigError, match=r"tiny_hidden_size must be a positive multiple of 4"):
+        validate(
+            load_config(
+                ROOT / "envs" / "quick.toml", [f"model.path={tmp_path / 'x'}", "model.tiny_hidden_size=30"]
+            )
+        )

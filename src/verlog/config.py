@@ -163,6 +163,10 @@ class ModelConfig:
     """Shorthand for build = "tiny"."""
     tiny_tokenizer: Literal["bpe", "words", "action-words"] = "bpe"
     """The tiny model's tokenizer: byte-level BPE (any text), one token per word of the game, or that and one token per action name."""
+    tiny_hidden_size: int = 64
+    """The tiny model's width (a multiple of its 4 heads); a folder built at another size is refused, not reused."""
+    tiny_layers: int = 2
+    """The tiny model's decoder layers."""
     lora_r: int = 0
     """LoRA rank of the actor (0 = full fine-tuning); with LoRA the reference is the base, adapters off."""
     lora_alpha: float = 32.0

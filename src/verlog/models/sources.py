@@ -92,6 +92,8 @@ def resolve_model_path(model: Any, env: Any) -> str:
                 memory=env.memory,
                 memory_kwargs=env.memory_kwargs,
                 tokenizer=model.tiny_tokenizer,
+                hidden_size=model.tiny_hidden_size,
+                num_layers=model.tiny_layers,
             )
         return path
     if build:

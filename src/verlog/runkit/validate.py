@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import json
 import math
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from verlog.config import ESTIMATOR_NAMES, Config, ConfigError
 from verlog.envs import prompt_examples
@@ -178,6 +180,28 @@ def _model(config: Config) -> Iterator[str]:
             yield f"model.{key} must be >= 0 (0 = all layers), got {getattr(model, key)}"
     if model.trainable_layers and model.lora_r:
         yield "model.trainable_layers and model.lora_r are alternatives: set one of them to 0"
+    if model.build_tiny or model.build == "tiny":
+        yield from _tiny_size(model)
+
+
+def _tiny_size(model: Any) -> Iterator[str]:
+    """The tiny model's size is buildable, and a folder built before at another size is not reused for it."""
+    if model.tiny_hidden_size < 4 or model.tiny_hidden_size % 4 or model.tiny_layers < 1:
+        yield (
+            "model.tiny_hidden_size must be a positive multiple of 4 (its attention heads) and model.tiny_layers "
+            f">= 1, got {model.tiny_hidden_size} and {model.tiny_layers}"
+        )
+        return
+    built_file = Path(model.path) / "config.json"
+    if model.path and built_file.is_file():
+        built = json.loads(built_file.read_text())
+        size = (built.get("hidden_size"), built.get("num_hidden_layers"))
+        if size != (model.tiny_hidden_size, model.tiny_layers):
+            yield (
+                f"model.path {model.path} holds a tiny model of width {size[0]} and {size[1]} layers, not the "
+                f"{model.tiny_hidden_size} and {model.tiny_layers} asked for (fix: a new model.path, e.g. "
+                f"model.path={model.path}-{model.tiny_hidden_size}x{model.tiny_layers})"
+            )
 
 
 def _sampling(config: Config) -> Iterator[str]:
