@@ -143,13 +143,14 @@ def smooth(values: Sequence[float | None], k: int) -> list[float]:
 
 
 def plot(results: dict[str, Any], path: Path) -> None:
-    """Left: training return per update (episodes that ended in the last 10 updates) for every seed. Right:
-    the judged return of random, the untrained and the trained model per seed, with ± 1 SE."""
+    """Left: training return per update (episodes that ended in the last 10 updates) for every seed. Middle and
+    right: the judged return and Crafter score of random, the untrained and the trained model per seed, ± 1 SE
+    (the score's SE is its bootstrap over episodes)."""
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(11, 4.4))
-    left, right = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
-    labels, bars = [], {"random": [], "untrained": [], "trained": []}
+    fig = Figure(figsize=(15, 4.4))
+    left, middle, right = fig.add_subplot(1, 3, 1), fig.add_subplot(1, 3, 2), fig.add_subplot(1, 3, 3)
+    labels = []
     for entry in results["seeds"]:
         name = f"{entry['variant']} s{entry['seed']}"
         curve = entry["curve"]
@@ -159,23 +160,27 @@ def plot(results: dict[str, Any], path: Path) -> None:
             label=name,
         )
         labels.append(name)
-        for key in bars:
-            bars[key].append((entry[key]["return"], entry[key]["return_se"]))
     left.set(xlabel="turns played", ylabel="training return (episodes ended, last 10 updates)")
     left.grid(True, alpha=0.3)
     left.legend(fontsize=8)
     width = 0.27
-    for i, (key, color) in enumerate(
-        (("random", "grey"), ("untrained", "tab:red"), ("trained", "tab:green"))
+    for axis, key, ylabel in (
+        (middle, "return", "return on held-out episodes (± 1 SE)"),
+        (right, "crafter_score", "Crafter score on held-out episodes (± 1 SE)"),
     ):
-        xs = [j + (i - 1) * width for j in range(len(labels))]
-        right.bar(
-            xs, [m for m, _ in bars[key]], width, yerr=[s for _, s in bars[key]], color=color, label=key
-        )
-    right.set_xticks(range(len(labels)), labels, rotation=20, fontsize=8)
-    right.set(ylabel="return on held-out episodes (± 1 SE)")
-    right.grid(True, axis="y", alpha=0.3)
-    right.legend(fontsize=8)
+        for i, (agent, color) in enumerate(
+            (("random", "grey"), ("untrained", "tab:red"), ("trained", "tab:green"))
+        ):
+            blocks = [entry[agent] for entry in results["seeds"]]
+            xs = [j + (i - 1) * width for j in range(len(labels))]
+            axis.bar(
+                xs, [b.get(key, math.nan) for b in blocks], width,
+                yerr=[b.get(f"{key}_se", math.nan) for b in blocks], color=color, label=agent,
+            )  # fmt: skip
+        axis.set_xticks(range(len(labels)), labels, rotation=20, fontsize=8)
+        axis.set(ylabel=ylabel)
+        axis.grid(True, axis="y", alpha=0.3)
+        axis.legend(fontsize=8)
     model = results["seeds"][0]["config"]["model"]
     name = "tiny model" if model.get("build_tiny") else model.get("build") or Path(model["path"]).name
     fig.suptitle(f"PPO, {name}, Crafter ({results['episodes']} held-out episodes per bar)")
