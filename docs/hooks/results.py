@@ -579,8 +579,8 @@ def crafter_reading(name: str = "learn_crafter_ablation_free.json") -> str:
     words = {
         "no-bootstrap": "Without the window-edge bootstrap",
         "no-warmup": "Without critic pre-training",
-        "grpo": "With GRPO, which must wait for whole episodes,",
-        "gigpo": "With GiGPO, whole episodes too,",
+        "grpo": "With GRPO, which must wait for whole episodes",
+        "gigpo": "With GiGPO, whole episodes too",
         "entropy": "With the entropy bonus",
     }
     lines = []
@@ -588,21 +588,28 @@ def crafter_reading(name: str = "learn_crafter_ablation_free.json") -> str:
         r = rows.get(variant)
         if r is None:
             continue
-        gap = r["return"] - base["return"]
-        se = math.sqrt((r.get("return_se") or 0.0) ** 2 + (base.get("return_se") or 0.0) ** 2)
+        parts, beyond, spread = [], [], True
+        for key, label in (("return", "return"), ("crafter_score", "Crafter score")):
+            if _number(r.get(key)) is None or _number(base.get(key)) is None:
+                continue
+            gap = r[key] - base[key]
+            se = math.sqrt((r.get(f"{key}_se") or 0.0) ** 2 + (base.get(f"{key}_se") or 0.0) ** 2)
+            spread = spread and bool(se) and math.isfinite(se)
+            parts.append(f"{label} {r[key]:.2f} against {base[key]:.2f} ({gap:+.2f}"
+                         f"{f' ± {se:.2f} over seeds' if bool(se) and math.isfinite(se) else ''})")  # fmt: skip
+            if bool(se) and math.isfinite(se) and abs(gap) > 2 * se:
+                beyond.append(label)
         seeds = len(r["seeds"])
-        spread = bool(se) and math.isfinite(se)
         verdict = ""
         if spread:
             verdict = (
-                " A difference beyond twice the seeds' spread."
-                if abs(gap) > 2 * se
+                f" Beyond twice the seeds' spread on {' and '.join(beyond)}."
+                if beyond
                 else " Within twice the seeds' spread: no difference these seeds can show."
             )
         lines.append(
-            f"- {lead} the trained return was {r['return']:.2f} against {base['return']:.2f} "
-            f"({gap:+.2f}{f' ± {se:.2f} over seeds' if spread else ''}; "
-            f"{seeds} seed{'s' if seeds > 1 else ''}, {', '.join(str(u) for u in r['updates'])} updates).{verdict}"
+            f"- {lead}: trained {', '.join(parts)}; {seeds} seed{'s' if seeds > 1 else ''}, "
+            f"{', '.join(str(u) for u in r['updates'])} updates.{verdict}"
         )
     return "\n".join(lines)
 
