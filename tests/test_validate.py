@@ -161,11 +161,17 @@ def test_a_tiny_model_of_another_size_is_built_anew_not_reused(tmp_path: Path) -
     built = json.loads((path / "config.json").read_text())
     assert (built["hidden_size"], built["num_hidden_layers"]) == (32, 1)
     validate(config)  # the same size again: reused
-    wider = load_config(ROOT / "envs" / "quick.toml", [f"model.path={path}", "model.tiny_hidden_size=64"])
+    wider = load_config(
+        ROOT / "envs" / "quick.toml",
+        [f"model.path={path}", "model.tiny_hidden_size=128", "model.tiny_layers=1"],
+    )
     with pytest.raises(
-        ConfigError, match=r"width 32 and 1 layers, not the 64 and 2 .*fix: a new model\.path"
+        ConfigError, match=r"width 32 and 1 layers, not the 128 and 1 .*fix: a new model\.path"
     ):
         validate(wider)
+    validate(
+        load_config(ROOT / "envs" / "quick.toml", [f"model.path={path}"])
+    )  # the default size: used as built
     with pytest.raises(ConfigError, match=r"tiny_hidden_size must be a positive multiple of 4"):
         validate(
             load_config(

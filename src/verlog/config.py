@@ -164,7 +164,7 @@ class ModelConfig:
     tiny_tokenizer: Literal["bpe", "words", "action-words"] = "bpe"
     """The tiny model's tokenizer: byte-level BPE (any text), one token per word of the game, or that and one token per action name."""
     tiny_hidden_size: int = 64
-    """The tiny model's width (a multiple of its 4 heads); a folder built at another size is refused, not reused."""
+    """The tiny model's width (a multiple of its 4 heads); asked for another size than 64 x 2, a folder built at a different one is refused, not reused."""
     tiny_layers: int = 2
     """The tiny model's decoder layers."""
     lora_r: int = 0

@@ -184,8 +184,14 @@ def _model(config: Config) -> Iterator[str]:
         yield from _tiny_size(model)
 
 
+#: The tiny model's default (width, layers): a folder found at model.path is used whatever its size, as before
+#: the size was a setting (tests and users build their own); another size asked for is checked against it.
+TINY_DEFAULT_SIZE = (64, 2)
+
+
 def _tiny_size(model: Any) -> Iterator[str]:
-    """The tiny model's size is buildable, and a folder built before at another size is not reused for it."""
+    """The tiny model's size is buildable, and a folder built before at another size is not reused for a size
+    asked for."""
     if model.tiny_hidden_size < 4 or model.tiny_hidden_size % 4 or model.tiny_layers < 1:
         yield (
             "model.tiny_hidden_size must be a positive multiple of 4 (its attention heads) and model.tiny_layers "
@@ -193,7 +199,8 @@ def _tiny_size(model: Any) -> Iterator[str]:
         )
         return
     built_file = Path(model.path) / "config.json"
-    if model.path and built_file.is_file():
+    asked = (model.tiny_hidden_size, model.tiny_layers) != TINY_DEFAULT_SIZE  # else any folder there is used
+    if asked and model.path and built_file.is_file():
         built = json.loads(built_file.read_text())
         size = (built.get("hidden_size"), built.get("num_hidden_layers"))
         if size != (model.tiny_hidden_size, model.tiny_layers):
