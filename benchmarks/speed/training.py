@@ -11,7 +11,9 @@ and the PPO update (``time/update``); the first update is left out (it warms the
 the turns of the timed updates over their time. The load average at the start and the end is recorded beside
 the figures: publish a figure measured on idle cores only (a load under 0.5 at the start).
 
-Writes ``benchmarks/results/training.json``: one entry per preset (the latest run of each), with the machine.
+Writes ``benchmarks/results/training.json``: one entry per preset and overrides (the latest run of each, keyed
+``"<preset> <overrides>"``), with the machine. ``nox -s bench_training -- ppo.share_prompt_prefix=true`` measures
+a speed lever beside the preset as it is.
 """
 
 from __future__ import annotations
@@ -91,7 +93,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     with locked(args.out):
         results = json.loads(path.read_text()) if path.is_file() else {"benchmark": "training", "presets": {}}
-        results["presets"][args.config.stem] = entry
+        results["presets"][" ".join([args.config.stem, *args.overrides])] = (
+            entry  # a preset with overrides apart
+        )
         path.write_text(json.dumps(results, indent=2) + "\n")
     print(f"wrote {path}")
     return 0

@@ -534,12 +534,27 @@ def training_speed(preset: str = "learn_crafter") -> str:
     )
 
 
+def training_levers(preset: str = "learn_crafter") -> str:
+    """Every measured variant of a preset's training speed (``training.json``) beside the preset as it is."""
+    entries = {k: e for k, e in load("training.json")["presets"].items() if k.split(" ")[0] == preset}
+    rows = []
+    for _, e in sorted(entries.items(), key=lambda kv: kv[0] != preset):
+        phases = e["phases_s"]
+        rows.append([
+            " ".join(f"`{o}`" for o in e["overrides"]) or "the preset", f"{e['turns_per_s']:.0f}",
+            f"{e['update_s']:.1f}", f"{phases['generate']:.1f}", f"{phases['score']:.1f}", f"{phases['update']:.1f}",
+            f"{e['load_average'][0]:.2f}",
+        ])  # fmt: skip
+    header = ["variant", "turns/s", "s an update", "sampling s", "scoring s", "update s", "load at start"]
+    return table(header, rows)
+
+
 def _zs(row: Mapping[str, Any], gain: str) -> str:
     """An ablation row's per-seed gains ``z_<gain>`` in SEs (empty where its seeds have none)."""
     return ", ".join(f"{z:+.1f}" for z in row.get(f"z_{gain}", []) if _number(z) is not None)
 
 
-def ablation(name: str = "learn_crafter_ablation_free.json") -> str:
+def ablation(name: str = "learn_crafter_ablation.json") -> str:
     """One row per ablation variant: trained return, Crafter score, achievements (progression is achievements / 22,
     so it has no column) and length over its seeds, the per-seed gains over the untrained model and random, the
     updates each seed took at the shared turn budget; random and the untrained model on the same episodes above
@@ -570,7 +585,7 @@ def ablation(name: str = "learn_crafter_ablation_free.json") -> str:
     return table(header, rows) + note
 
 
-def crafter_reading(name: str = "learn_crafter_ablation_free.json") -> str:
+def crafter_reading(name: str = "learn_crafter_ablation.json") -> str:
     """What each piece buys, in one sentence per variant, read off the ablation table against ``verlog``'s row."""
     rows = {r["variant"]: r for r in load(name).get("table", [])}
     base = rows.get("verlog")
@@ -902,6 +917,8 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "crafter_achievements": crafter_achievements,
     "ablation": ablation,
     "crafter_reading": crafter_reading,
+    "ablation_free": lambda: ablation("learn_crafter_ablation_free.json"),
+    "crafter_reading_free": lambda: crafter_reading("learn_crafter_ablation_free.json"),
     "long_run": long_run,
     "constrained_vs_free": constrained_vs_free,
     "crafter_free": lambda: crafter("learn_crafter_free.json"),
