@@ -160,18 +160,34 @@ def random_folder(key: dict[str, Any]) -> Path:
     return RANDOM_DIR / hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
+def kept_evaluation(
+    folder: Path,
+    key: dict[str, Any],
+    play: Callable[[Path], dict[str, Any]],
+    read: Callable[[Path], dict[str, Any]],
+) -> tuple[dict[str, Any], bool]:
+    """An evaluation kept in ``folder`` and reused: ``read`` from there when played before, else ``play`` into a
+    partial folder that becomes the kept one only once finished (an interrupted one is never reused). The
+    folder's parent is locked meanwhile, so two demonstrations that need the same evaluation at once play it
+    once: the second waits and reads it (unlocked, one deleted the other's partial folder mid-play and the
+    evaluation kept was short of its episodes). Returns (figures, cached)."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with locked(folder.parent):
+        if (folder / "summary.json").is_file():
+            return read(folder), True
+        partial = folder.with_name(folder.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        result = play(partial)
+        (partial / "key.json").write_text(json.dumps(key, indent=2, default=str) + "\n")
+        partial.replace(folder)
+    return result, False
+
+
 def cached_random(
     key: dict[str, Any], play: Callable[[Path], dict[str, Any]], read: Callable[[Path], dict[str, Any]]
 ) -> tuple[dict[str, Any], Path, bool]:
-    """The random agent's evaluation kept under :func:`random_folder`: ``read`` from there when played before,
-    else ``play`` into a partial folder that becomes the kept one only once finished (so an interrupted one is
-    never reused). Returns (figures, folder, cached)."""
+    """The random agent's evaluation kept under :func:`random_folder` (:func:`kept_evaluation`). Returns
+    (figures, folder, cached)."""
     folder = random_folder(key)
-    if (folder / "summary.json").is_file():
-        return read(folder), folder, True
-    partial = folder.with_name(folder.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    result = play(partial)
-    (partial / "key.json").write_text(json.dumps(key, indent=2, default=str) + "\n")
-    partial.replace(folder)
-    return result, folder, False
+    result, cached = kept_evaluation(folder, key, play, read)
+    return result, folder, cached

@@ -234,3 +234,37 @@ def test_long_run_health_flags_growing_memory_and_sums_the_counters() -> None:
     counts = long_run.counters(records([1000.0] * 4))
     assert counts == {"episodes_ended": 8.0, "episodes_truncated": 4.0, "prompt_cuts": 0.0,
                       "mean_episodes_running_at_window_edge": 30.0, "turns": 2048.0}  # fmt: skip
+
+
+def test_an_evaluation_two_demonstrations_need_at_once_is_played_once(tmp_path: Path) -> None:
+    """The second demonstration waits for the first's evaluation and reads it, instead of deleting its partial
+    folder mid-play (which once left a judge of 27 episodes kept as one of 64)."""
+    import threading
+    import time
+
+    from benchmarks.common import kept_evaluation
+
+    played: list[str] = []
+
+    def play(partial: Path) -> dict:
+        partial.mkdir()
+        time.sleep(0.3)  # long enough for the other caller to arrive meanwhile
+        (partial / "summary.json").write_text(json.dumps({"episodes": 64}))
+        played.append(partial.name)
+        return {"episodes": 64}
+
+    def read(folder: Path) -> dict:
+        return json.loads((folder / "summary.json").read_text())
+
+    folder = tmp_path / "judge" / "untrained-x"
+    got: list[tuple[dict, bool]] = []
+    threads = [
+        threading.Thread(target=lambda: got.append(kept_evaluation(folder, {"k": 1}, play, read)))
+        for _ in range(2)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=10)
+    assert played == ["untrained-x.partial"] and sorted(c for _, c in got) == [False, True]
+    assert all(r == {"episodes": 64} for r, _ in got) and (folder / "key.json").is_file()

@@ -38,7 +38,6 @@ import hashlib
 import json
 import math
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -46,7 +45,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import RESULTS, ROOT, load_preset, machine, update_records
+from benchmarks.common import RESULTS, ROOT, kept_evaluation, load_preset, machine, update_records
 from benchmarks.demos.judge import (
     CRAFTER_JUDGED,
     EVAL_SEED,
@@ -103,16 +102,22 @@ def eval_command(agent: str, config: Any, run_config: Path, out: Path, args: arg
     ]  # fmt: skip
 
 
-def play(agent: str, config: Any, run_config: Path, out: Path, args: argparse.Namespace) -> dict[str, Any]:
-    """Plays ``agent`` in a child process (its own model, none left in this one) and reads ``out``."""
+def _played(agent: str, config: Any, run_config: Path, out: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """Plays ``agent`` into ``out`` in a child process (its own model, none left in this one); its figures."""
     from verlog.sampling.vllm import child_env
 
-    if not (out / "summary.json").is_file():
-        partial = out.with_name(out.name + ".partial")
-        shutil.rmtree(partial, ignore_errors=True)
-        subprocess.run(eval_command(agent, config, run_config, partial, args), check=True, env=child_env())
-        partial.replace(out)  # only a finished evaluation is ever reused
-    return figures(out)
+    subprocess.run(eval_command(agent, config, run_config, out, args), check=True, env=child_env())
+    result = figures(out)
+    if result["episodes"] != args.episodes:  # never kept: a judge on fewer episodes than declared
+        raise RuntimeError(f"{out} holds {result['episodes']} episodes, not the {args.episodes} asked for")
+    return result
+
+
+def play(agent: str, config: Any, run_config: Path, out: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """``agent``'s evaluation kept in ``out`` (:func:`benchmarks.common.kept_evaluation`): played once."""
+    return kept_evaluation(
+        out, {"agent": agent}, lambda p: _played(agent, config, run_config, p, args), figures
+    )[0]
 
 
 def baseline(agent: str, config: Any, run_config: Path, args: argparse.Namespace) -> tuple[dict, Path]:
@@ -127,8 +132,9 @@ def baseline(agent: str, config: Any, run_config: Path, args: argparse.Namespace
         key["constrain"] = config.sampling.constrain
     digest = hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:12]
     folder = JUDGE_DIR / f"untrained-{digest}"
-    result = play(agent, config, run_config, folder, args)
-    (folder / "key.json").write_text(json.dumps(key, indent=2, default=str) + "\n")
+    result, _ = kept_evaluation(
+        folder, key, lambda partial: _played(agent, config, run_config, partial, args), figures
+    )
     return result, folder
 
 

@@ -46,14 +46,13 @@ import hashlib
 import json
 import math
 import os
-import shutil
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import RESULTS, ROOT, load_preset, machine, update_records
+from benchmarks.common import RESULTS, ROOT, kept_evaluation, load_preset, machine, update_records
 from benchmarks.demos.judge import (
     EVAL_SEED,
     Z_REQUIRED,
@@ -130,15 +129,15 @@ def zero_shot(
         key["constrain"] = config.sampling.constrain
     digest = hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:12]
     folder = ZERO_SHOT_DIR / digest
-    if (folder / "summary.json").is_file():
-        return figures(folder), folder, True
-    partial = folder.with_name(folder.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    command = eval_command(config.model.path, config, run_config, partial, episodes, seed, num_envs)
-    result = evaluation(command, partial)
-    (partial / "key.json").write_text(json.dumps(key, indent=2, default=str) + "\n")
-    partial.replace(folder)  # only a finished evaluation is ever reused
-    return result, folder, False
+    result, cached = kept_evaluation(
+        folder,
+        key,
+        lambda partial: evaluation(
+            eval_command(config.model.path, config, run_config, partial, episodes, seed, num_envs), partial
+        ),
+        figures,
+    )
+    return result, folder, cached
 
 
 def _print_outcome(console: Any, before: dict, after: dict, random: dict, result: dict) -> None:
