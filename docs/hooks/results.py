@@ -919,6 +919,8 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "crafter_reading": crafter_reading,
     "ablation_free": lambda: ablation("learn_crafter_ablation_free.json"),
     "crafter_reading_free": lambda: crafter_reading("learn_crafter_ablation_free.json"),
+    "crafter_speed": training_speed,
+    "crafter_speed_levers": training_levers,
     "long_run": long_run,
     "constrained_vs_free": constrained_vs_free,
     "crafter_free": lambda: crafter("learn_crafter_free.json"),
