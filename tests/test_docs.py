@@ -80,7 +80,9 @@ def test_every_preset_is_in_readme_and_on_the_presets_page() -> None:
 
 # --------------------------------------------------------------------------------------------- results
 #: Renderers that write sentences, not a table.
-READINGS = ("crafter_reading",)
+READINGS = ("crafter_reading", "crafter_reading_free")
+#: Renderers that write one sentence with its figures.
+SENTENCES = ("crafter_speed",)
 
 
 def test_every_results_table_renders_from_the_files() -> None:
@@ -88,6 +90,8 @@ def test_every_results_table_renders_from_the_files() -> None:
         table = results.render(name)
         if name in READINGS:  # a list of sentences read off a table, one per row
             assert table.startswith("- ") and table.count("\n") >= 1, name
+        elif name in SENTENCES:
+            assert "\n" not in table and table.endswith(").") and "turns/s" in table, name
         else:
             assert table.startswith("| ") and table.count("\n") >= 2, name
     with pytest.raises(KeyError, match="no results table named"):
