@@ -64,6 +64,8 @@ OTHER_RECIPES: list[tuple[str, str]] = [
         "learn_crafter at entropy 0.01 + the critic's own λ of 1.0 (a probe)",
     ),
     ("learn_crafter_constrained_critic_ent.json", "learn_crafter + the critic's own λ of 1.0 (a probe)"),
+    ("learn_crafter_wide.json", "learn_crafter, a tiny model of width 128 (a probe)"),
+    ("learn_crafter_deep.json", "learn_crafter, a tiny model of 4 layers (a probe)"),
 ]
 
 #: Published Crafter agents (agent, score, return), 1M environment steps on pixels, Crafter's own episodes of up
