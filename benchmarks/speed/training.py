@@ -27,7 +27,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from benchmarks.common import locked, machine, preset_parser, update_records
+from benchmarks.common import load_preset, locked, machine, preset_parser, update_records
 from verlog.pipes import closed_pipe_ok
 from verlog.quiet import quiet_console
 
@@ -60,8 +60,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--updates", type=int, default=10, help="updates trained (the first is not timed)")
     args = parser.parse_intermixed_args(argv)
     quiet_console()
-    from benchmarks.common import load_preset
-
     load_start = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as folder:
         overrides = [
@@ -86,9 +84,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "machine": machine(),
     }
-    phases = ", ".join(f"{p} {s:.2f} s" for p, s in figures["phases_s"].items())
-    print(f"{args.config.stem}: {figures['turns_per_s']:.1f} turns/s over {figures['updates_timed']} updates; "
-          f"an update {figures['update_s']:.1f} s ({phases}); load {load_start:.2f} at the start")  # fmt: skip
+    phases = " ".join(f"{p} {s:.1f}" for p, s in figures["phases_s"].items())  # seconds, as the file has them
+    print(f"{args.config.stem}: {figures['turns_per_s']:.1f} turns/s over {figures['updates_timed']} updates, "
+          f"load {load_start:.2f} at the start")  # fmt: skip
+    print(f"an update {figures['update_s']:.1f} s: {phases}")  # two lines, each within 80 columns
     path = args.out / "training.json"
     args.out.mkdir(parents=True, exist_ok=True)
     with locked(args.out):
