@@ -106,6 +106,15 @@ def bench_training(session: nox.Session) -> None:
 
 
 @nox.session
+def bench_trunk_cache(session: nox.Session) -> None:
+    """The SmolLM2 Crafter preset's turns/s, scoring and update time and memory, without and with the frozen trunk
+    run once (ppo.trunk_cache); run on idle cores."""
+    for lever in ([], ["ppo.trunk_cache=true"]):
+        session.run("python", "-m", "benchmarks.speed.training", "--config", "envs/learn_crafter_real.toml",
+                    "--updates", "6", *lever, *session.posargs)  # fmt: skip
+
+
+@nox.session
 def bench_replay(session: nox.Session) -> None:
     """Time to rebuild a Crafter sub-env on resume by replaying 2000 and 10000 actions."""
     session.run("python", "-m", "benchmarks.speed.replay", *session.posargs)

@@ -159,3 +159,36 @@ def test_one_ppo_update(smollm2: Path, tmp_path: Path) -> None:
         assert torch.isfinite(after.get_tensor(top)).all()
         for frozen in ("model.embed_tokens.weight", "model.layers.0.mlp.down_proj.weight"):
             assert torch.equal(before.get_tensor(frozen), after.get_tensor(frozen)), frozen
+
+
+def test_the_frozen_trunk_run_once_gives_smollm2s_logprobs_and_gradients(smollm2: Path, tokenizer) -> None:
+    """ppo.trunk_cache on the real model, the top 8 of 30 layers trained: the top layers run from the trunk's
+    states give the whole model's log-probs and gradients; the reference cut to its top gives its log-probs."""
+    from verlog.models.loading import load_actor, load_reference
+    from verlog.models.trunk import TopLayers, drop_bottom_layers
+    from verlog.ppo.forward import Trunk, actor_logprobs, collate
+
+    head = "You play Crafter. Answer with one action.\nObservation: "
+    prompts = [
+        tokenizer(head + text)["input_ids"] for text in ("tree to the north", "water to the east, grass")
+    ]
+    responses = [tokenizer(answer)["input_ids"] for answer in ("Move North", "Do")]
+    batch = collate(prompts, responses, tokenizer.pad_token_id, share_prefix=True)
+    actor = load_actor(str(smollm2), trainable_layers=8)
+    trunk = Trunk(actor, start=22)
+    results = []
+    for model, inputs in ((actor, batch), (trunk.top, trunk.states(batch))):
+        actor.zero_grad()
+        logprobs, _ = actor_logprobs(model, inputs)
+        (logprobs * inputs.response_mask).sum().backward()
+        grads = [p.grad.clone() for p in actor.parameters() if p.grad is not None]
+        results.append((logprobs.detach() * inputs.response_mask, grads))
+    torch.testing.assert_close(results[0][0], results[1][0], atol=1e-4, rtol=0)
+    assert len(results[0][1]) == len(results[1][1]) == 8 * 9 + 1  # 9 tensors a layer, the final norm
+    for a, b in zip(results[0][1], results[1][1], strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-3)
+    reference = load_reference(str(smollm2))
+    whole, _ = actor_logprobs(reference, batch)
+    drop_bottom_layers(reference, 22)
+    top, _ = actor_logprobs(TopLayers(reference, 0), trunk.states(batch))
+    torch.testing.assert_close(whole * batch.response_mask, top * batch.response_mask, atol=1e-4, rtol=0)

@@ -12,8 +12,10 @@ the turns of the timed updates over their time. The load average at the start an
 the figures: publish a figure measured on idle cores only (a load under 0.5 at the start).
 
 Writes ``benchmarks/results/training.json``: one entry per preset and overrides (the latest run of each, keyed
-``"<preset> <overrides>"``), with the machine. ``nox -s bench_training -- ppo.share_prompt_prefix=true`` measures
-a speed lever beside the preset as it is.
+``"<preset> <overrides>"``), with the machine and the largest resident memory an update logged.
+``nox -s bench_training -- ppo.share_prompt_prefix=true`` measures a speed lever beside the preset as it is;
+``nox -s bench_trunk_cache`` measures the SmolLM2 Crafter preset with and without ``ppo.trunk_cache``, one after
+the other.
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ def measure(config: Any) -> dict[str, Any]:
         "turns_per_s": turns / seconds,
         "update_s": seconds / len(records),
         "phases_s": {p: sum(r.get(f"time/{p}", 0.0) for r in records) / len(records) for p in PHASES},
+        "rss_mb_max": max(r.get("sys/rss_mb", 0.0) for r in records),
+        "trunk_cache_mb_max": max(r.get("sys/trunk_cache_mb", 0.0) for r in records),
     }
 
 

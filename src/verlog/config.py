@@ -236,6 +236,10 @@ class PPOConfig:
     """Token budget of one forward pass (rows x padded length); gradients accumulate over micro-batches."""
     share_prompt_prefix: bool = False
     """Run the prompt prefix every row of a micro-batch shares (instruction, worked examples) once, not once per row, in scoring and in the update: the same scores and gradients up to float rounding, fewer tokens through the model (benchmarks/speed/prefix_update.py). Not with DeepSpeed across processes, whose forwards are collective."""
+    trunk_cache: bool = False
+    """With model.trainable_layers: run the frozen layers below the trained ones once per turn (in scoring) and keep their output for the update, which then runs the trained layers alone; the KL reference keeps only its top layers and runs from the same states. The same log-probs and gradients up to float rounding (benchmarks/speed/trunk_cache.py). One process, no DeepSpeed, no LoRA."""
+    trunk_cache_mib: float = 1024.0
+    """Memory the kept trunk states may take; the update runs the trunk again (without gradients) for turns past it."""
     actor_lr: float = 1e-6
     """Actor AdamW learning rate."""
     actor_lr_milestones: list[int] = field(default_factory=list)

@@ -4,7 +4,8 @@ optimiser and engine), and the rollout and storage its estimator collects into (
 Under DeepSpeed each model is prepared inside its own plugin (one engine per model); otherwise one accelerator
 prepares actor and critic together (DDP), except under FSDP2, whose ``prepare`` shards one model and remaps one
 optimiser per call, so each model goes through its own call with its own optimiser. The reference is the actor with its adapters off under LoRA (no
-third copy of the weights), a sharded optimiser-less engine under ZeRO-3, or a plain frozen copy. A critic-free
+third copy of the weights), a sharded optimiser-less engine under ZeRO-3, or a plain frozen copy; with the frozen
+trunk run once (``ppo.trunk_cache``) that copy keeps its top layers alone and runs from the actor's trunk. A critic-free
 estimator (``algo.advantage`` other than "gae") gets no critic at all: none is loaded, prepared or saved.
 
 The batch shape is the estimator's choice too. PPO with a critic collects a fixed T turns from each of N envs
@@ -25,6 +26,7 @@ from verlog.config import Config, ModelConfig
 from verlog.models.loading import (
     AdapterDisabled,
     LoraSpec,
+    decoder_layers,
     load_actor,
     load_critic,
     load_reference,
@@ -33,8 +35,10 @@ from verlog.models.loading import (
 from verlog.models.prompts import PromptBuilder
 from verlog.models.sources import resolve_model_path
 from verlog.models.tiny import first_info
+from verlog.models.trunk import TopLayers, check_splittable, drop_bottom_layers
 from verlog.models.weights import full_weights
 from verlog.ppo.calibration import BootstrapCalibration
+from verlog.ppo.forward import Trunk
 from verlog.ppo.group_rollout import Brancher, GroupRollout, branch_width
 from verlog.ppo.rollout import Rollout
 from verlog.ppo.storage import GroupStorage, TurnStorage
@@ -56,6 +60,8 @@ class Models:
     critic_optimizer: torch.optim.Optimizer | None
     reference: torch.nn.Module | None = None
     reference_engine: torch.nn.Module | None = None
+    #: ``ppo.trunk_cache``: the actor's frozen trunk, run once per turn; the reference then runs from its states.
+    trunk: Trunk | None = None
 
 
 @dataclass
@@ -151,6 +157,11 @@ def build_models(dist: Any, config: Config, lora: LoraSpec | None) -> Models:
     """Load and prepare actor, critic and reference; under DeepSpeed each inside its own plugin."""
     model, ppo = config.model, config.ppo
     common = {"dtype": model.dtype, "attn_implementation": model.attn_implementation}
+    if ppo.trunk_cache and (dist.deepspeed or dist.num_processes > 1):
+        raise ValueError(
+            "ppo.trunk_cache runs on one process without DeepSpeed (it runs slices of the actor, which a sharded "
+            "or data-parallel engine cannot): launch one process, or set ppo.trunk_cache=false"
+        )
     checkpointing = model.gradient_checkpointing
     with dist.loading("actor"):
         actor = load_actor(
@@ -178,6 +189,11 @@ def build_models(dist: Any, config: Config, lora: LoraSpec | None) -> Models:
     if critic is not None:
         critic.eval()
     models = Models(actor, critic, actor_optimizer, critic_optimizer)
+    start = 0
+    if ppo.trunk_cache:  # the validation refused every setting where the trunk is not frozen or not local
+        start = len(decoder_layers(actor)) - model.trainable_layers
+        check_splittable(actor, start)
+        models.trunk = Trunk(actor, start)
     if ppo.kl_coef <= 0:
         return models
     if lora is not None:  # the base model itself: no third copy of the weights
@@ -188,6 +204,9 @@ def build_models(dist: Any, config: Config, lora: LoraSpec | None) -> Models:
         models.reference = dist.actor.unwrap_model(models.reference_engine)
     else:
         models.reference = load_reference(model.path, **common).to(dist.actor.device)
+    if models.trunk is not None:  # the reference's frozen bottom is the actor's own: keep its top alone
+        drop_bottom_layers(models.reference, start)
+        models.reference = TopLayers(models.reference, 0)
     return models
 
 

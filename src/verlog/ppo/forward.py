@@ -11,26 +11,34 @@ Rows that repeat one prompt (a played turn and its one-step branches) can be sco
 :func:`shared_prompt_logprobs` runs the prompts, copies their key/value cache to each answer's row and runs
 only the answers on top. Same log-probs, a fraction of the compute when the answers are short.
 
+When only the actor's top layers train and ``ppo.trunk_cache`` is on, :func:`with_trunk_states` runs the frozen
+trunk once over a batch (:mod:`verlog.models.trunk`) and the batch carries the states entering the first trained
+layer (``Batch.hidden``); a :class:`~verlog.models.trunk.TopLayers` model then runs from them.
+
 Where the models come from and how they are loaded is :mod:`verlog.models`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from verlog.models.trunk import TopLayers, trunk_states
+
 __all__ = [
     "Batch",
     "SharedBatch",
+    "Trunk",
     "actor_logprobs",
     "collate",
     "collate_shared",
     "critic_values",
     "shared_prompt_logprobs",
+    "with_trunk_states",
 ]
 
 
@@ -50,6 +58,11 @@ class Batch:
     #: ``[B, R, V]`` bool: the tokens the answer grammar allowed before each response token
     #: (``sampling.constrain = "actions"``); log-probs and entropy are then over those alone. None: all.
     allowed: Tensor | None = None
+    #: ``[B, P + R, H]``: the frozen trunk's states entering the first trained layer, for every column of
+    #: ``input_ids`` (``ppo.trunk_cache``); a :class:`~verlog.models.trunk.TopLayers` model runs from them.
+    hidden: Tensor | None = None
+    #: ``[S, H]``: the trunk's states over ``prefix_ids``, run once like the prefix itself.
+    prefix_hidden: Tensor | None = None
 
     @property
     def response_len(self) -> int:
@@ -65,6 +78,8 @@ class Batch:
             self.prompt_len,
             None if self.prefix_ids is None else self.prefix_ids.to(device),
             None if self.allowed is None else self.allowed.to(device),
+            None if self.hidden is None else self.hidden.to(device),
+            None if self.prefix_hidden is None else self.prefix_hidden.to(device),
         )
 
 
@@ -110,7 +125,10 @@ def collate(
 
 def _run(model: nn.Module, batch: Batch, **kwargs: Any) -> Any:
     """The model over the batch; with a shared prefix, the prefix runs once and every row continues its cache
-    (a copy per row, through which the gradient of every row flows back into the one prefix pass)."""
+    (a copy per row, through which the gradient of every row flows back into the one prefix pass). A
+    :class:`~verlog.models.trunk.TopLayers` model runs from the batch's trunk states instead of its tokens."""
+    if isinstance(model, TopLayers):
+        return _run_top(model, batch, **kwargs)
     if batch.prefix_ids is None:
         return model(
             input_ids=batch.input_ids,
@@ -136,6 +154,74 @@ def _run(model: nn.Module, batch: Batch, **kwargs: Any) -> Any:
         use_cache=True,
         **kwargs,
     )
+
+
+def _run_top(model: TopLayers, batch: Batch, **kwargs: Any) -> Any:
+    """:func:`_run` for a model run from the batch's trunk states: the prefix's states, when the rows share
+    one, run once and every row continues their cache, as tokens do."""
+    if batch.hidden is None:
+        raise ValueError("a model run from the trunk's states needs a batch from with_trunk_states()")
+    dtype = model.model.dtype
+    if batch.prefix_hidden is None:
+        return model(inputs_embeds=batch.hidden.to(dtype), attention_mask=batch.attention_mask,
+                     position_ids=batch.position_ids, use_cache=False, **kwargs)  # fmt: skip
+    rows, shared = batch.hidden.shape[0], batch.prefix_hidden.shape[0]
+    cache = model.cache()
+    prefix = batch.prefix_hidden[None].to(dtype)
+    ones = batch.attention_mask.new_ones(1, shared)
+    model(inputs_embeds=prefix, attention_mask=ones, position_ids=torch.arange(shared, device=prefix.device)[None],
+          past_key_values=cache, use_cache=True, **({"logits_to_keep": 1} if "logits_to_keep" in kwargs else {}))  # fmt: skip
+    cache.batch_repeat_interleave(rows)
+    attention = torch.cat([ones.expand(rows, -1), batch.attention_mask], dim=-1)
+    return model(inputs_embeds=batch.hidden.to(dtype), attention_mask=attention, position_ids=batch.position_ids,
+                 past_key_values=cache, use_cache=True, **kwargs)  # fmt: skip
+
+
+@torch.no_grad()
+def with_trunk_states(model: nn.Module, start: int, batch: Batch) -> Batch:
+    """``batch`` with its trunk states (``hidden``): ``model``'s embeddings and decoder layers ``[0:start]`` run
+    over it once, without gradients. A shared prefix runs once, and its states are the batch's
+    ``prefix_hidden``."""
+    if batch.hidden is not None:
+        return batch
+    if batch.prefix_ids is None:
+        hidden = trunk_states(
+            model,
+            start,
+            input_ids=batch.input_ids,
+            attention_mask=batch.attention_mask,
+            position_ids=batch.position_ids,
+            use_cache=False,
+        )
+        return replace(batch, hidden=hidden)
+    from transformers import DynamicCache
+
+    rows, shared = batch.input_ids.shape[0], batch.prefix_ids.shape[0]
+    cache = DynamicCache(config=model.config)
+    prefix = batch.prefix_ids[None]
+    positions = torch.arange(shared, device=prefix.device)[None]
+    prefix_states = trunk_states(model, start, input_ids=prefix, attention_mask=torch.ones_like(prefix),
+                                 position_ids=positions, past_key_values=cache, use_cache=True)  # fmt: skip
+    cache.batch_repeat_interleave(rows)
+    attention = torch.cat([batch.attention_mask.new_ones(rows, shared), batch.attention_mask], dim=-1)
+    states = trunk_states(model, start, input_ids=batch.input_ids, attention_mask=attention,
+                          position_ids=batch.position_ids, past_key_values=cache, use_cache=True)  # fmt: skip
+    return replace(batch, hidden=states, prefix_hidden=prefix_states[0])
+
+
+@dataclass
+class Trunk:
+    """The actor's frozen trunk (``ppo.trunk_cache``): ``actor`` below decoder layer ``start``, run once per batch;
+    ``top`` is the actor from that layer up, the model the update and old log-probs run."""
+
+    actor: nn.Module
+    start: int
+
+    def __post_init__(self) -> None:
+        self.top = TopLayers(self.actor, self.start)
+
+    def states(self, batch: Batch) -> Batch:
+        return with_trunk_states(self.actor, self.start, batch)
 
 
 def actor_logprobs(

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from verlog.ppo.forward import Batch, actor_logprobs, collate, critic_values, shared_prompt_logprobs
+from verlog.ppo.forward import Batch, Trunk, actor_logprobs, collate, critic_values, shared_prompt_logprobs
 from verlog.ppo.storage import SharedMicroBatch, TurnStorage, pack_by_tokens
 
 if TYPE_CHECKING:  # the bundle's type only
@@ -64,6 +64,7 @@ def score(
     device: Any,
     common_count: Callable[[int], int] | None = None,
     share_prompts: bool = True,
+    trunk: Trunk | None = None,
 ) -> None:
     """Fill old/ref log-probs (when the models are given), token values, values and truncated values
     (when the critic is given: a critic-free estimator has none).
@@ -73,18 +74,25 @@ def score(
     Rows that repeat a prompt (a played turn and its one-step branches) get their log-probs with the prompt run
     once (:meth:`TurnStorage.shared_prompt_batches`; ``share_prompts=False`` runs every row whole, as a benchmark
     compares), except under collective forward passes, where every process must run the same passes.
+
+    ``trunk`` (``ppo.trunk_cache``): the actor's frozen trunk runs once per micro-batch, ``actor`` and
+    ``reference`` are then models run from its states (:class:`~verlog.models.trunk.TopLayers`), and the states
+    are kept in the storage for the update (within its budget). Every row then runs whole: the trunk's states
+    are what a repeated prompt would share.
     """
+    storage.trunk_states.clear()
     rows = storage.rows()
     scorers = [
         (m, target)
         for m, target in ((actor, storage.old_logprobs), (reference, storage.ref_logprobs))
         if m is not None
     ]
-    sharing = share_prompts and scorers and common_count is None
+    sharing = share_prompts and scorers and common_count is None and trunk is None
     shared = storage.shared_prompt_batches(rows, max_tokens) if sharing else []
     grouped = {row for micro in shared for row in micro.rows}
     together = not grouped  # no repeated prompt: the critic and the actor read the same micro-batches
-    micros = list(storage.micro_batches(rows, max_tokens)) if critic is not None or together else []
+    keep = trunk is not None and storage.trunk_budget > 0  # a trunk shares no prompt: together
+    micros = list(storage.micro_batches(rows, max_tokens)) if critic is not None or together or keep else []
     for _ in range(_padding(common_count, len(micros))):
         batch = _idle_batch(storage.pad_id, device)
         if critic is not None:
@@ -100,6 +108,10 @@ def score(
             storage.token_values[ts, ns] = 0.0
             storage.token_values[ts, ns, :r_len] = values[:, :r_len] * mask
             storage.values[ts, ns] = values[:, 0]
+        if trunk is not None and (scorers or keep):
+            batch = trunk.states(batch)
+            if keep:
+                storage.keep_trunk_states(micro.rows, batch)
         for model, target in scorers if together else ():
             logprobs, _ = actor_logprobs(model, batch, temperature)
             target[ts, ns] = 0.0
@@ -109,8 +121,19 @@ def score(
         _score_logprobs(
             storage, scorers, lone, shared, temperature=temperature, max_tokens=max_tokens, device=device
         )
-    if critic is None:
-        return
+    if critic is not None:
+        _bootstrap_values(storage, critic, max_tokens=max_tokens, device=device, common_count=common_count)
+
+
+def _bootstrap_values(
+    storage: TurnStorage,
+    critic: nn.Module,
+    *,
+    max_tokens: int,
+    device: Any,
+    common_count: Callable[[int], int] | None,
+) -> None:
+    """The values of slot T (the bootstrap state) and of truncated episodes' final observations."""
     T = storage.num_turns
     keys = sorted(storage.final_prompts)
     prompts = storage.prompts[T] + [storage.final_prompts[k] for k in keys]
@@ -147,19 +170,24 @@ def score_batch(
     clock = time.perf_counter()
     reuse = logprobs and reuse_sampler_logprobs
     critic = None if models.critic is None else unwrap(models.critic)
+    trunk = models.trunk
     score(
         storage,
-        actor=unwrap(models.actor) if logprobs and not reuse else None,
+        actor=(unwrap(models.actor) if trunk is None else trunk.top) if logprobs and not reuse else None,
         critic=critic,
         reference=models.reference if logprobs else None,
         temperature=temperature,
         max_tokens=max_tokens,
         device=device,
         common_count=common_count,
+        trunk=trunk,
     )
     if reuse:
         storage.old_logprobs.copy_(storage.sampler_logprobs)
     metrics = {"time/score": time.perf_counter() - clock}
+    if trunk is not None:
+        metrics["sys/trunk_cache_mb"] = storage.trunk_bytes / 2**20
+        metrics["sys/trunk_cached_turns"] = float(len(storage.trunk_states))
     metrics.update(
         score_metrics(
             storage,

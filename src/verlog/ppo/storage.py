@@ -99,6 +99,10 @@ class TurnStorage:
         #: constraint that turns them into token masks for scoring and the update. None: free answers.
         self.actions: list[list[tuple[str, ...] | None]] = [[None] * N for _ in range(T + 1)]
         self.constraint: ActionConstraint | None = None
+        #: ``ppo.trunk_cache``: each scored row's frozen-trunk states ``[prompt + response tokens, H]``, kept for
+        #: the update within ``trunk_budget`` bytes (rows past it are recomputed there).
+        self.trunk_states: dict[tuple[int, int], Tensor] = {}
+        self.trunk_budget = 0
         # Prompts of the final observations of episodes cut by a time limit, keyed by (turn, env).
         self.final_prompts: dict[tuple[int, int], list[int]] = {}
         self.values = torch.zeros(T + 1, N)
@@ -183,7 +187,24 @@ class TurnStorage:
         self.masks[0] = self.masks[-1]
         self.bad_masks[0] = self.bad_masks[-1]
         self.final_prompts.clear()
+        self.trunk_states.clear()
         self.step = 0
+
+    def keep_trunk_states(self, rows: Sequence[tuple[int, int]], batch: Batch) -> None:
+        """Keep each row's trunk states from a scored ``batch`` (its real columns only), while they fit."""
+        assert batch.hidden is not None
+        prefix = batch.prefix_hidden
+        for i, row in enumerate(rows):
+            states = batch.hidden[i][batch.attention_mask[i].bool()]
+            states = states if prefix is None else torch.cat([prefix, states])
+            if self.trunk_bytes + states.numel() * states.element_size() > self.trunk_budget:
+                return
+            self.trunk_states[row] = states
+
+    @property
+    def trunk_bytes(self) -> int:
+        """Memory the kept trunk states take."""
+        return sum(s.numel() * s.element_size() for s in self.trunk_states.values())
 
     # ------------------------------------------------------------------ batching
     def like(self, num_turns: int) -> TurnStorage:
@@ -252,7 +273,19 @@ class TurnStorage:
         ns = torch.tensor([n for _, n in rows])
         r_len = int(self.response_lens[ts, ns].max())
         responses = [self.responses[t, n, : int(self.response_lens[t, n])].tolist() for t, n in rows]
-        batch = collate([self.prompts[t][n] for t, n in rows], responses, self.pad_id, self.share_prefix)
+        kept = all(row in self.trunk_states for row in rows)
+        prompts = [self.prompts[t][n] for t, n in rows]
+        batch = collate(prompts, responses, self.pad_id, self.share_prefix)
+        if kept:  # the kept states fill the batch's real columns, in its layout (its prefix apart)
+            shared = 0 if batch.prefix_ids is None else len(batch.prefix_ids)
+            first = self.trunk_states[rows[0]]
+            batch.prefix_hidden = first[:shared] if shared else None
+            batch.hidden = first.new_zeros(len(rows), batch.input_ids.shape[1], first.shape[-1])
+            for i, row in enumerate(rows):
+                start = batch.prompt_len - (len(prompts[i]) - shared)
+                batch.hidden[i, start : start + len(self.trunk_states[row]) - shared] = self.trunk_states[
+                    row
+                ][shared:]
         batch.allowed = self.allowed_tokens(rows, responses, r_len)
         return MicroBatch(
             rows,
@@ -340,6 +373,7 @@ class GroupStorage(TurnStorage):
         self.rewards.zero_()
         self.response_lens.zero_()
         self.final_prompts.clear()
+        self.trunk_states.clear()
         self.episodes = [Episode() for _ in range(self.sampled_columns)]
         self.branch_rewards.clear()
         self.branch_valid.clear()

@@ -122,9 +122,8 @@ class Trainer:
             world_size=self.derived.world_size,
             any_running=self._any_running if self.dist.lockstep else None,
         )
-        self.storage.share_prefix = (
-            config.ppo.share_prompt_prefix and not self.dist.lockstep
-        )  # aligned collectives
+        self.storage.share_prefix = config.ppo.share_prompt_prefix and not self.dist.lockstep  # collectives
+        self.storage.trunk_budget = int(config.ppo.trunk_cache_mib * 2**20) if config.ppo.trunk_cache else 0
         self.storage.constraint = self.learner.constraint
         self.update = 0
         self.global_step = 0

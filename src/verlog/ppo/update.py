@@ -32,7 +32,7 @@ import torch
 from torch import Tensor, nn
 
 from verlog.config import PPOConfig
-from verlog.ppo.forward import actor_logprobs, critic_values
+from verlog.ppo.forward import Trunk, actor_logprobs, critic_values
 from verlog.ppo.storage import MicroBatch, TurnStorage
 
 if TYPE_CHECKING:  # the bundle's type only: the loss does not depend on how the models are built
@@ -132,7 +132,7 @@ def ppo_update(
         for minibatch in storage.minibatches(num_minibatches, config.micro_batch_tokens, limit=limit):
             count = sum(float(mb.batch.response_mask.sum()) for mb in minibatch)
             step_sums, finite = _accumulate(
-                minibatch, count, actor, critic, config, accelerators, temperature, train_actor
+                minibatch, count, actor, critic, config, accelerators, temperature, train_actor, models.trunk
             )
             norms = {}
             if finite or accelerators.deepspeed:
@@ -215,6 +215,7 @@ def _accumulate(
     accelerators: _Accelerators,
     temperature: float,
     train_actor: bool,
+    trunk: Trunk | None,
 ) -> tuple[dict[str, float], bool]:
     """Backward every micro-batch of one minibatch; return the loss sums and whether every process's losses
     were finite."""
@@ -233,7 +234,9 @@ def _accumulate(
                 stack.enter_context(accelerators.critic.no_sync(critic))
                 if train_actor:
                     stack.enter_context(accelerators.actor.no_sync(actor))
-            critic_loss, actor_loss, parts = _losses(mb, actor, critic, config, temperature, train_actor)
+            critic_loss, actor_loss, parts = _losses(
+                mb, actor, critic, config, temperature, train_actor, trunk
+            )
             finite = finite and all(bool(torch.isfinite(v)) for v in parts.values())
             if last:
                 finite = accelerators.all_finite(finite)
@@ -256,9 +259,11 @@ def _losses(
     config: PPOConfig,
     temperature: float,
     train_actor: bool,
+    trunk: Trunk | None = None,
 ) -> tuple[Tensor | None, Tensor | None, dict[str, Tensor]]:
     """The micro-batch's critic and actor loss token sums (None for a model that is not trained), and the
-    parts that become metrics."""
+    parts that become metrics. With a ``trunk`` the actor runs its top layers alone, from the states scoring
+    kept (or, past the cache's budget, from the trunk run again here, without gradients)."""
     mask = mb.batch.response_mask
     v_loss, parts = None, {}
     if critic is not None:
@@ -274,7 +279,10 @@ def _losses(
         parts["losses/value_loss"] = v_loss
     if not train_actor:
         return v_loss, None, parts
-    logprobs, entropy = actor_logprobs(actor, mb.batch, temperature, with_entropy=True)
+    if trunk is None:
+        logprobs, entropy = actor_logprobs(actor, mb.batch, temperature, with_entropy=True)
+    else:
+        logprobs, entropy = actor_logprobs(trunk.top, trunk.states(mb.batch), temperature, with_entropy=True)
     assert entropy is not None
     pg_loss, clip_count, approx_kl = policy_loss(
         logprobs,

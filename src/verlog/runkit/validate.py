@@ -180,6 +180,13 @@ def _model(config: Config) -> Iterator[str]:
             yield f"model.{key} must be >= 0 (0 = all layers), got {getattr(model, key)}"
     if model.trainable_layers and model.lora_r:
         yield "model.trainable_layers and model.lora_r are alternatives: set one of them to 0"
+    if config.ppo.trunk_cache and not model.trainable_layers:
+        yield (
+            "ppo.trunk_cache runs the frozen layers below the trained ones once: it needs model.trainable_layers "
+            "> 0 (e.g. model.trainable_layers=8), or set ppo.trunk_cache=false"
+        )
+    if config.ppo.trunk_cache_mib < 0:
+        yield f"ppo.trunk_cache_mib must be >= 0 (0 = keep nothing, run the trunk again in the update), got {config.ppo.trunk_cache_mib}"
     if model.build_tiny or model.build == "tiny":
         yield from _tiny_size(model)
 

@@ -1,0 +1,184 @@
+"""ppo.trunk_cache: the frozen layers below model.trainable_layers run once per turn, and everything that reads
+them (old log-probs, the KL reference, the update) gets what the whole model gives, to float rounding."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from toy_env import TOY_ID
+
+from verlog.config import ConfigError, load_config
+from verlog.models.loading import decoder_layers, load_actor, load_reference
+from verlog.models.tiny import build_tiny
+from verlog.models.trunk import TopLayers, drop_bottom_layers
+from verlog.ppo.forward import Trunk, actor_logprobs, collate
+from verlog.ppo.storage import TurnStorage
+from verlog.ppo.trainer import Trainer
+from verlog.runkit.validate import validate
+
+
+@pytest.fixture(scope="module")
+def model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    torch.set_num_threads(1)
+    return build_tiny(tmp_path_factory.mktemp("tiny") / "model", TOY_ID, num_layers=3)
+
+
+def _batches(pad: int) -> dict[str, object]:
+    head = list(range(5, 25))  # 20 tokens every prompt starts with
+    prompts = [head + [30, 31, 32], head + [33], head + [34, 35, 36, 37, 38]]
+    responses = [[40, 41, 42], [43], [44, 45]]
+    return {
+        "whole": collate(prompts, responses, pad),
+        "shared prefix": collate(prompts, responses, pad, share_prefix=True),
+    }
+
+
+@pytest.mark.parametrize("layout", ["whole", "shared prefix"])
+def test_the_top_layers_from_the_trunk_give_the_whole_models_logprobs_entropy_and_gradients(
+    model_path: Path, layout: str
+) -> None:
+    actor = load_actor(str(model_path), trainable_layers=1)
+    reference = load_reference(str(model_path))
+    batch = _batches(pad=0)[layout]
+    trunk = Trunk(actor, start=2)
+    results = []
+    for model, inputs in ((actor, batch), (trunk.top, trunk.states(batch))):
+        actor.zero_grad()
+        logprobs, entropy = actor_logprobs(model, inputs, temperature=0.8, with_entropy=True)
+        mask = inputs.response_mask
+        ((logprobs * mask).sum() + (entropy * mask).sum()).backward()
+        grads = [p.grad.clone() for p in actor.parameters() if p.grad is not None]
+        results.append((logprobs * mask, entropy * mask, grads))
+    (lp_a, ent_a, grads_a), (lp_b, ent_b, grads_b) = results
+    torch.testing.assert_close(lp_a, lp_b, atol=1e-5, rtol=0)
+    torch.testing.assert_close(ent_a, ent_b, atol=1e-5, rtol=0)
+    assert len(grads_a) == len(grads_b) > 0  # the top layer, the final norm
+    for a, b in zip(grads_a, grads_b, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+    whole_reference, _ = actor_logprobs(reference, batch)
+    drop_bottom_layers(reference, 2)
+    assert len(decoder_layers(reference)) == 1
+    top_reference, _ = actor_logprobs(TopLayers(reference, 0), trunk.states(batch))
+    torch.testing.assert_close(whole_reference * batch.response_mask, top_reference * batch.response_mask)
+
+
+def test_a_top_layers_model_refuses_a_batch_without_trunk_states(model_path: Path) -> None:
+    actor = load_actor(str(model_path), trainable_layers=1)
+    with pytest.raises(ValueError, match="with_trunk_states"):
+        actor_logprobs(Trunk(actor, 2).top, _batches(pad=0)["whole"])
+
+
+def test_the_storage_keeps_trunk_states_within_its_budget_and_rebuilds_the_batch_layout(
+    model_path: Path,
+) -> None:
+    actor = load_actor(str(model_path), trainable_layers=1)
+    trunk = Trunk(actor, 2)
+    storage = TurnStorage(num_turns=1, num_envs=3, max_response_tokens=4, pad_id=0)
+    prompts = [list(range(5, 12)), list(range(5, 9)), list(range(5, 15))]
+    storage.reset_first(prompts)
+    storage.insert(
+        prompts,
+        [[40, 41], [42], [43, 44, 45]],
+        [[0.0] * 2, [0.0], [0.0] * 3],
+        [0.0] * 3,
+        [False] * 3,
+        [False] * 3,
+    )
+    rows = storage.rows()
+    micro = next(storage.micro_batches(rows, max_tokens=10_000))
+    scored = trunk.states(micro.batch)
+    one_row = scored.hidden[0][scored.attention_mask[0].bool()]
+    storage.trunk_budget = 2 * one_row.numel() * one_row.element_size()  # room for the longest row twice
+    storage.keep_trunk_states(micro.rows, scored)
+    assert len(storage.trunk_states) == 2 and storage.trunk_bytes <= storage.trunk_budget
+    assert next(storage.micro_batches(rows, max_tokens=10_000)).batch.hidden is None  # one row missing: none
+    storage.trunk_budget = 1 << 30
+    storage.keep_trunk_states(micro.rows, scored)
+    kept = next(
+        storage.micro_batches(list(reversed(rows)), max_tokens=10_000)
+    ).batch  # another order, padding
+    assert kept.hidden is not None
+    fresh = trunk.states(kept)
+    real = kept.attention_mask.bool()
+    torch.testing.assert_close(kept.hidden[real], fresh.hidden[real], atol=1e-5, rtol=0)
+    storage.after_update()
+    assert not storage.trunk_states
+
+
+def _config(tmp_path: Path, model_path: Path, name: str, *extra: str):
+    return load_config(
+        None,
+        [
+            f"run.output_dir={tmp_path}",
+            f"run.name={name}",
+            "run.console=false",
+            "run.torch_threads=1",
+            "run.export_actor=false",
+            "run.checkpoint_every=0",
+            "run.total_updates=1",
+            "run.seed=3",
+            f"model.path={model_path}",
+            "model.trainable_layers=1",
+            "model.critic_layers=1",
+            f"env.id={TOY_ID}",
+            "env.num_envs=2",
+            "env.memory=none",
+            "env.memory_kwargs={}",
+            "prompt.max_response_tokens=3",
+            "ppo.turns_per_update=3",
+            "ppo.actor_lr=1e-2",
+            "ppo.critic_lr=1e-2",
+            "ppo.kl_coef=0.1",
+            "ppo.reuse_sampler_logprobs=false",
+            "ppo.share_prompt_prefix=true",
+            "ppo.critic_warmup_iters=0",
+            *extra,
+        ],
+    )
+
+
+@pytest.mark.parametrize("budget", ["1024", "0"])
+def test_an_update_with_the_trunk_cache_trains_as_the_whole_model_does(
+    model_path: Path, tmp_path: Path, budget: str
+) -> None:
+    """One PPO update from the same seed, with and without the cache (budget 0: every turn's trunk runs again in
+    the update): the same scores, the same first-epoch ratio of 1, the same trained weights."""
+    outcomes = []
+    for name, extra in (("whole", []), ("cached", ["ppo.trunk_cache=true", f"ppo.trunk_cache_mib={budget}"])):
+        trainer = Trainer(_config(tmp_path, model_path, f"{name}-{budget}", *extra))
+        try:
+            metrics = trainer.train_update()
+            actor = trainer.accelerator.unwrap_model(trainer.learner.models.actor)
+            outcomes.append((metrics, {k: v.detach().clone() for k, v in actor.state_dict().items()}))
+            if name == "cached":
+                assert isinstance(trainer.learner.models.reference, TopLayers)
+                assert len(decoder_layers(trainer.learner.models.reference.model)) == 1
+        finally:
+            trainer.envs.close()
+            trainer.logger.close()
+    (whole, whole_weights), (cached, cached_weights) = outcomes
+    assert cached["sys/trunk_cached_turns"] == (6.0 if budget != "0" else 0.0)
+    assert (cached["sys/trunk_cache_mb"] > 0) == (budget != "0")
+    for key in ("charts/kl_to_reference", "losses/approx_kl", "losses/policy_loss", "charts/value"):
+        assert cached[key] == pytest.approx(whole[key], abs=1e-5), key
+    for key, value in whole_weights.items():
+        torch.testing.assert_close(cached_weights[key], value, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["ppo.trunk_cache=true"], "needs model.trainable_layers > 0"),
+        (
+            ["ppo.trunk_cache=true", "model.trainable_layers=2", "ppo.trunk_cache_mib=-1"],
+            "trunk_cache_mib must be >= 0",
+        ),
+    ],
+)
+def test_trunk_cache_settings_that_cannot_work_are_refused_before_loading(
+    overrides: list[str], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        validate(load_config(None, ["model.path=somewhere", *overrides]))
