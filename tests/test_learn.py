@@ -467,6 +467,20 @@ def test_the_kinds_of_a_mix_are_read_from_its_env_and_fixed_one_at_a_time() -> N
     }  # fmt: skip
 
 
+def test_the_mix_presets_are_judged_on_babyais_five_kinds_and_verlogs_four_families() -> None:
+    """envs/learn_babyai_mix.toml draws BALROG's five kinds (its env's own), envs/learn_babaisai_mix.toml exactly
+    Verlog's four BabaIsAI families; each builds its own tiny model (a vocabulary of its own game's words)."""
+    from verlog.config import load_config
+    from verlog.envs.registration import BABYAI_TASKS
+
+    babyai = load_config(ROOT / "envs" / "learn_babyai_mix.toml")
+    assert held_out.task_kinds(babyai.env.id, babyai.env.kwargs) == ("task", tuple(BABYAI_TASKS))
+    baba = load_config(ROOT / "envs" / "learn_babaisai_mix.toml")
+    assert held_out.task_kinds(baba.env.id, baba.env.kwargs) == ("levels", VERLOG_FAMILIES)
+    paths = {c.model.path for c in (babyai, baba, load_config(ROOT / "envs" / "learn.toml"))}
+    assert len(paths) == 3 and babyai.model.build_tiny and baba.model.build_tiny
+
+
 def test_each_kind_of_a_mix_is_played_as_many_episodes_as_asked(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
