@@ -127,6 +127,24 @@ def learn(session: nox.Session) -> None:
 
 
 @nox.session
+def learn_babyai_mix(session: nox.Session) -> None:
+    """A tiny model on BabyAI's five kinds together, judged per kind on 128 episodes each (-- --seed N)."""
+    session.run(
+        "python", "-m", "benchmarks.demos.learn", "--config", "envs/learn_babyai_mix.toml", "--stem",
+        "learn_babyai_mix", "--budget-min", "60", *session.posargs,
+    )  # fmt: skip
+
+
+@nox.session
+def learn_babaisai_mix(session: nox.Session) -> None:
+    """A tiny model on Verlog's four BabaIsAI families together, judged per family on 128 episodes each (-- --seed N)."""
+    session.run(
+        "python", "-m", "benchmarks.demos.learn", "--config", "envs/learn_babaisai_mix.toml", "--stem",
+        "learn_babaisai_mix", "--budget-min", "60", *session.posargs,
+    )  # fmt: skip
+
+
+@nox.session
 def learn_crafter(session: nox.Session) -> None:
     """PPO from a tiny model on Crafter, judged against it untrained and random (-- --seed N); non-zero unless it learned."""
     session.run("python", "-m", "benchmarks.demos.learn_crafter", *session.posargs)

@@ -224,6 +224,30 @@ def test_mixed_draws_families_from_the_seed() -> None:
     assert first[0] == first[1]
 
 
+def test_a_mix_of_chosen_families_draws_each_and_the_seed_decides_the_order() -> None:
+    """``levels=`` makes a mix of any families (Verlog's four, as envs/learn_babaisai_mix.toml trains on): a
+    family drawn per reset from those only, every one of them in a few dozen resets, and the same seeds give
+    the same families in the same order in another env."""
+    four = [
+        "goto_win-distr_obj",
+        "two_room-goto_win",
+        "two_room-goto_win-distr_obj_rule",
+        "two_room-maybe_break_stop-goto_win",
+    ]
+
+    def families(env_id: str) -> list[str]:
+        env = gym.make(env_id, levels=four)
+        return [env.reset(seed=s)[1]["level"] for s in range(40)]
+
+    drawn = families("verlog/BabaIsAI-v0")
+    assert set(drawn) == set(four)
+    assert drawn == families("verlog/BabaIsAI-v0") == families("verlog/BabaIsAI-Mixed-v0")
+    env = gym.make("verlog/BabaIsAI-v0", levels=four)
+    env.reset(seed=3)
+    unseeded = [env.reset()[1]["level"] for _ in range(40)]  # the env's own generator goes on drawing
+    assert set(unseeded) == set(four)
+
+
 def test_level_argument_and_unknown_level() -> None:
     env = gym.make("verlog/BabaIsAI-v0", level="two_room-make_you")
     assert env.reset(seed=0)[1]["level"] == "two_room-make_you"

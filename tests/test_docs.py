@@ -204,6 +204,49 @@ def test_crafter_tables_show_the_score_beside_old_entries_and_the_published_rows
     assert "| **Crafter score** |  |  |  |" in results.crafter_achievements("old.json")
 
 
+def test_a_mix_judged_per_kind_is_one_row_a_kind_beside_verlogs_figures(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """learn.py's per-kind layout as Verlog's table: random and the untrained model once (the same episodes for
+    every seed), each seed's trained figure, the seeds that passed the kind, Verlog's before → after where it
+    has one, and the line that says its model, budget and prompt differ."""
+
+    def block(success: float, se: float) -> dict:
+        return {"episodes": 128, "success": success, "success_se": se, "invalid_action_rate": 0.1}
+
+    def kind(trained: float, passed: bool) -> dict:
+        return {"initial": block(0.1, 0.02), "random": block(0.25, 0.04), "trained": block(trained, 0.03),
+                "verdict": {"passed": passed}}  # fmt: skip
+
+    model = {"config": {"model": {"build_tiny": True}}}
+    data = {
+        "task": {"env_id": "verlog/BabyAI-Mixed-v0", "kinds": ["goto", "putnext"]},
+        "episodes": 128, "eval_seed": 10_000, "z_required": 3.0,
+        "seeds": [
+            {"seed": 1, "turns": 92_160, "wall_s": 2400, "tasks": {"goto": kind(0.9, True), "putnext": kind(0.2, False)}, **model},
+            {"seed": 2, "turns": 92_160, "wall_s": 2460, "tasks": {"goto": kind(0.8, True), "putnext": kind(0.3, False)}, **model},
+        ],
+    }  # fmt: skip
+    (tmp_path / "mix.json").write_text(json.dumps(data))
+    monkeypatch.setattr(results, "RESULTS", tmp_path)
+    lines = results.per_task("mix.json").splitlines()
+    assert (
+        lines[0] == "| task | random | before | after | seeds passed | Verlog, Qwen2.5-3B (before → after) |"
+    )
+    assert lines[2] == (
+        "| goto | 25.0 ± 4.0 % | 10.0 ± 2.0 % | 90.0 ± 3.0 % (seed 1)<br>80.0 ± 3.0 % (seed 2) | 2 of 2 | 88 → 100 % |"
+    )
+    assert lines[3].startswith("| putnext | 25.0 ± 4.0 % |") and lines[3].endswith("| 0 of 2 |  |")
+    note = lines[-1]
+    assert "128 held-out episodes (seeds from 10,000)" in note and "3 SE of the difference" in note
+    assert "a tiny randomly initialised model" in note and "92,160 turns in 40.0 min (seed 1)" in note
+    assert "A different model, budget and prompt" in note
+    assert set(results.VERLOG_REFERENCE) >= {"pick_up_seq_go_to", "two_room-maybe_break_stop-goto_win"}
+    data["seeds"][1]["tasks"]["goto"]["initial"] = block(0.2, 0.02)  # seeds that did differ show each
+    (tmp_path / "mix.json").write_text(json.dumps(data))
+    assert "10.0 ± 2.0 % (seed 1)<br>20.0 ± 2.0 % (seed 2)" in results.per_task("mix.json")
+
+
 def test_the_tiny_demo_reports_its_held_out_gain_as_every_demonstration_does() -> None:
     """learn.json's gain in the tables is the held-out one over the initial model (its seeds' ``z``), not the
     training windows' (under ``windows``, which the tiny demo's own table shows)."""

@@ -384,3 +384,139 @@ def test_the_quick_preset_shows_learning_within_its_run(tmp_path: Path) -> None:
     assert mean(last, "losses/entropy") < mean(first, "losses/entropy") - 0.5
     assert mean(last, "env/success") > mean(first, "env/success") + 0.05
     assert "first→last  success" in done.stdout
+
+
+# ------------------------------------------------------------------------------------- a mix, judged per kind
+held_out = importlib.import_module("benchmarks.demos.held_out")
+
+#: Verlog's four BabaIsAI families, the ones envs/learn_babaisai_mix.toml draws from.
+VERLOG_FAMILIES = (
+    "goto_win-distr_obj",
+    "two_room-goto_win",
+    "two_room-goto_win-distr_obj_rule",
+    "two_room-maybe_break_stop-goto_win",
+)
+
+
+def _block(
+    success: float, se: float, episodes: int = 128, invalid: float = 0.1, length: float = 20.0
+) -> dict:
+    return {"episodes": episodes, "success": success, "success_se": se, "invalid_action_rate": invalid,
+            "mean_length": length}  # fmt: skip
+
+
+def test_a_mix_is_judged_kind_by_kind_against_the_initial_model_and_random() -> None:
+    """Each kind passes on its own figures (3 SE of the difference over both, hand-computed: every SE of a
+    difference below is sqrt(0.03^2 + 0.04^2) = 0.05); a seed passes only when every kind and the training
+    windows do; the pooled mix is reported beside, with the stratified SE."""
+    initial, random = _block(0.10, 0.03), _block(0.25, 0.03)
+    evaluations = {
+        "goto": {"initial": initial, "trained": _block(0.41, 0.04), "random": random},  # 6.2 and 3.2 SE
+        "pickup": {"initial": initial, "trained": _block(0.39, 0.04), "random": random},  # 2.8 over random
+        "open": {"initial": _block(0.30, 0.03), "trained": _block(0.44, 0.04), "random": _block(0.0, 0.03)},
+    }
+    judged = held_out.judge_tasks(evaluations)
+    assert judged["tasks_passed"] == ["goto"] and judged["tasks_failed"] == ["pickup", "open"]
+    goto, pickup, opened = (judged["tasks"][k]["verdict"] for k in ("goto", "pickup", "open"))
+    assert goto["vs_initial"]["z"] == pytest.approx(6.2) and goto["vs_random"]["z"] == pytest.approx(3.2)
+    assert pickup["vs_random"]["z"] == pytest.approx(2.8) and not pickup["passed"]
+    assert (
+        opened["vs_initial"]["z"] == pytest.approx(2.8) and opened["vs_random"]["z"] > 3
+    )  # over the initial: no
+    mix = judged["mix"]["trained"]
+    assert mix["episodes"] == 384 and mix["success"] == pytest.approx((0.41 + 0.39 + 0.44) / 3)
+    assert mix["success_se"] == pytest.approx(math.sqrt(3 * 0.04**2) / 3)
+
+    windows = {"z": 6.0, "passed": True}
+    entry = learn.with_task_verdicts({"seed": 1}, windows, evaluations)
+    assert not entry["passed"] and entry["tasks_failed"] == ["pickup", "open"]
+    assert (
+        entry["tasks"]["goto"]["trained"]["success"] == 0.41 and entry["tasks"]["goto"]["verdict"]["passed"]
+    )
+    assert entry["trained"] == mix and entry["z"] == pytest.approx(judged["mix_verdict"]["vs_initial"]["z"])
+    every = {k: {**e, "trained": _block(0.60, 0.04)} for k, e in evaluations.items()}
+    assert learn.with_task_verdicts({"seed": 1}, windows, every)["passed"]
+    assert not learn.with_task_verdicts({"seed": 1}, {"z": 2.0, "passed": False}, every)["passed"]
+
+
+def test_the_kinds_of_a_mix_are_read_from_its_env_and_fixed_one_at_a_time() -> None:
+    """A mix's kinds come from the env kwarg that draws them (registered, or the preset's over it); a single
+    task is no mix; fixing a kind keeps every other setting; the results header names the kinds."""
+    from verlog.config import load_config
+    from verlog.envs.registration import BABYAI_TASKS
+
+    assert held_out.task_kinds("verlog/BabyAI-Mixed-v0", {"room_size": 5}) == ("task", tuple(BABYAI_TASKS))
+    assert held_out.task_kinds("verlog/BabyAI-Mixed-v0", {"task": ["goto", "open"]}) == (
+        "task",
+        ("goto", "open"),
+    )
+    assert held_out.task_kinds("verlog/BabyAI-Mixed-v0", {"task": "open"}) is None
+    four = {"levels": list(VERLOG_FAMILIES), "max_steps": 50}
+    assert held_out.task_kinds("verlog/BabaIsAI-v0", four) == ("levels", VERLOG_FAMILIES)
+    assert held_out.task_kinds("verlog/BabaIsAI-v0", {"levels": ["goto_win"]}) is None
+    goto = load_config(ROOT / "envs" / "learn.toml")
+    assert held_out.task_kinds(goto.env.id, goto.env.kwargs) is None  # learn.toml is judged as it was
+    fixed = held_out.kind_kwargs(four, "levels", "two_room-goto_win")
+    assert fixed == {"levels": ["two_room-goto_win"], "max_steps": 50}
+    assert held_out.kind_kwargs({"room_size": 5}, "task", "open") == {"room_size": 5, "task": "open"}
+    header = learn.header(goto.to_dict(), 128, 10_000, "learn_mix", tuple(BABYAI_TASKS))
+    assert header["benchmark"] == "learn_mix" and header["task"]["kinds"] == list(BABYAI_TASKS)
+    assert learn.header(goto.to_dict(), 96, 10_000) == {
+        "benchmark": "learn", "task": {"env_id": goto.env.id, "env_kwargs": goto.env.kwargs}, "episodes": 96,
+        "eval_seed": 10_000, "z_required": 3.0,
+    }  # fmt: skip
+
+
+def test_the_mix_presets_are_judged_on_babyais_five_kinds_and_verlogs_four_families() -> None:
+    """envs/learn_babyai_mix.toml draws BALROG's five kinds (its env's own), envs/learn_babaisai_mix.toml exactly
+    Verlog's four BabaIsAI families; each builds its own tiny model (a vocabulary of its own game's words)."""
+    from verlog.config import load_config
+    from verlog.envs.registration import BABYAI_TASKS
+
+    babyai = load_config(ROOT / "envs" / "learn_babyai_mix.toml")
+    assert held_out.task_kinds(babyai.env.id, babyai.env.kwargs) == ("task", tuple(BABYAI_TASKS))
+    baba = load_config(ROOT / "envs" / "learn_babaisai_mix.toml")
+    assert held_out.task_kinds(baba.env.id, baba.env.kwargs) == ("levels", VERLOG_FAMILIES)
+    paths = {c.model.path for c in (babyai, baba, load_config(ROOT / "envs" / "learn.toml"))}
+    assert len(paths) == 3 and babyai.model.build_tiny and baba.model.build_tiny
+
+
+def test_each_kind_of_a_mix_is_played_as_many_episodes_as_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The per-kind judge on a run trained one update: the initial model, the trained one and random each play
+    the asked episodes of every kind, and every episode of a kind's folder is of that kind."""
+    torch = pytest.importorskip("torch")
+    from verlog.config import load_config
+    from verlog.models.tiny import build_tiny
+    from verlog.ppo.trainer import Trainer
+
+    torch.set_num_threads(1)
+    monkeypatch.chdir(tmp_path)  # random's evaluations are kept under runs/random
+    kwargs = {"task": ["goto", "open"], "room_size": 5, "max_episode_steps": 3}
+    model = build_tiny(tmp_path / "model", "verlog/BabyAI-Mixed-v0", kwargs, memory="none")
+    config = load_config(
+        None,
+        [
+            f"run.output_dir={tmp_path}", "run.name=mix", "run.console=false", "run.torch_threads=1",
+            "run.total_updates=1", "run.checkpoint_every=0", f"model.path={model}",
+            "env.id=verlog/BabyAI-Mixed-v0", "env.num_envs=2", "env.memory=none", "env.memory_kwargs={}",
+            'env.kwargs={task = ["goto", "open"], room_size = 5, max_episode_steps = 3}', "prompt.format=action",
+            "prompt.max_response_tokens=1", "ppo.turns_per_update=2", "ppo.num_minibatches=1",
+            "ppo.micro_batch_tokens=1024", "ppo.critic_warmup_iters=0",
+        ],
+    )  # fmt: skip
+    Trainer(config).train()
+    run_dir = tmp_path / "mix-0001"
+    kinds = held_out.task_kinds(config.env.id, config.env.kwargs)
+    assert kinds == ("task", ("goto", "open"))
+    evaluations = held_out.evaluate_tasks(config, run_dir, 3, kinds)
+    assert list(evaluations) == ["goto", "open"]
+    assert {name: [evaluations[k][name]["episodes"] for k in evaluations] for name in evaluations["goto"]} == {
+        "initial": [3, 3], "trained": [3, 3], "random": [3, 3]
+    }  # fmt: skip
+    for kind in ("goto", "open"):
+        for name in ("initial", "trained"):
+            folder = run_dir / f"eval-{name}-{kind}-seed{judge.EVAL_SEED}"
+            rows = [json.loads(line) for line in (folder / "samples.jsonl").read_text().splitlines()]
+            assert rows and {r["family"] for r in rows} == {f"verlog/BabyAI-Mixed-v0:{kind}"}

@@ -1,7 +1,9 @@
 """The learning demonstration: PPO from a tiny random model on BabyAI GoTo, on a CPU, and a check that it learns.
 
     nox -s learn
-    python -m benchmarks.demos.learn [--config envs/learn.toml] [section.key=value ...]
+    python -m benchmarks.demos.learn [--config envs/learn.toml] [--seed N] [section.key=value ...]
+    nox -s learn_babyai_mix -- --seed N        # BabyAI's five kinds together, judged per kind
+    nox -s learn_babaisai_mix -- --seed N      # Verlog's four BabaIsAI families together, judged per family
 
 It trains the preset (``envs/learn.toml``: a tiny randomly initialised Qwen3 and a word-level tokenizer trained
 on the env's own text, seeded; see :func:`verlog.models.tiny.word_tokenizer`) with the ordinary
@@ -27,6 +29,14 @@ under this rule again, keeping the figures it holds (and the old verdict, under 
 A seed's entry holds the judged blocks ``initial``, ``trained`` and ``random`` (success with ``success_se``, the
 invalid-answer rate as a fraction), ``z`` (the held-out gain over the initial model, as every demonstration's;
 the training windows' when no evaluation was played), the training windows under ``windows``, and the run.
+
+A preset whose env draws a task kind per reset (``verlog/BabyAI-Mixed-v0``, BabaIsAI with several ``levels``) is
+judged per kind (:mod:`benchmarks.demos.held_out`): the three agents play 128 seeded episodes of each kind (the
+mix's kwarg fixed to it, every other setting kept), and a kind passes when the trained model beats the initial
+one and random on it by three SEs of the difference. The entry keeps each kind's blocks and verdict under
+``tasks`` and the kinds under ``tasks_passed`` / ``tasks_failed``; its ``initial``, ``trained`` and ``random`` are
+the kinds pooled (reported, not judged on), and the seed passes when the training windows and every kind do.
+``--stem`` names the results file (``benchmarks/results/<stem>.json``), ``--seed`` the training seed.
 """
 
 from __future__ import annotations
@@ -41,22 +51,20 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import (
-    RESULTS,
-    ROOT,
-    cached_random,
-    load_preset,
-    locked,
-    machine,
-    random_key,
-    update_records,
-    window,
+from benchmarks.common import RESULTS, ROOT, load_preset, locked, machine, update_records, window
+from benchmarks.demos.held_out import (
+    TASK_EPISODES,
+    evaluate_agents,
+    evaluate_tasks,
+    judge_evaluation,
+    judge_tasks,
+    play_random,
+    task_kinds,
 )
-from benchmarks.demos.judge import EVAL_SEED, Z_REQUIRED, difference, record_seed
+from benchmarks.demos.judge import EVAL_SEED, Z_REQUIRED, record_seed
 from verlog.pipes import closed_pipe_ok
 from verlog.quiet import quiet_console
 from verlog.runkit.folder import CONFIG_FILE
-from verlog.tomlconfig import toml_value
 
 #: The demonstration must finish within this on the 2-core CPU it was tuned on (reported, not enforced).
 BUDGET_MIN = 30.0
@@ -66,8 +74,10 @@ MIN_EPISODES = 10
 WALL_FILE = "learn-wall.json"
 #: The base seed a results file without ``eval_seed`` was judged on (``verlog eval``'s default).
 FIRST_EVAL_SEED = 0
-#: The results file's name in ``--out`` (and of its plot, ``.png``).
+#: The results file's name in ``--out`` (and of its plot, ``.png``) unless ``--stem`` names another.
 STEM = "learn"
+#: Held-out episodes of a single task (a mix plays :data:`benchmarks.demos.held_out.TASK_EPISODES` per kind).
+EVAL_EPISODES = 96
 
 
 def compare(records: Sequence[dict[str, Any]], fraction: float = 0.1) -> dict[str, Any]:
@@ -88,64 +98,6 @@ def compare(records: Sequence[dict[str, Any]], fraction: float = 0.1) -> dict[st
     }
 
 
-def judge_evaluation(evaluation: dict[str, dict[str, float]]) -> dict[str, Any]:
-    """The trained model against the initial one and against random on the same seeded episodes: both gains
-    must be at least ``Z_REQUIRED`` standard errors of the difference (a run from before random was played is
-    judged on the initial model alone, as it was then, until ``--rejudge`` plays random)."""
-    trained = evaluation["trained"]
-    out: dict[str, Any] = {}
-    for name in ("initial", "random"):
-        if name in evaluation:
-            other = evaluation[name]
-            out[f"vs_{name}"] = difference(
-                trained["success"], trained["success_se"], other["success"], other["success_se"]
-            )
-    out["passed"] = bool(all(d["z"] >= Z_REQUIRED for d in out.values()))
-    return out
-
-
-def _figures(summary: dict[str, Any], env_id: str) -> dict[str, float]:
-    """A ``verlog eval`` summary's figures in the judge's layout (fractions, ``success_se``), as every
-    demonstration's blocks are, so the results tables read them alike."""
-    task = summary["tasks"][env_id]
-    return {
-        "episodes": task["episodes"],
-        "success": task["success_rate"] / 100,
-        "success_se": task["success_se"] / 100,
-        "invalid_action_rate": task["invalid_action_rate"] / 100,
-        "mean_length": task["mean_length"],
-    }
-
-
-def play_random(
-    env_id: str,
-    env_kwargs: dict[str, Any],
-    memory: str,
-    memory_kwargs: dict[str, Any],
-    episodes: int,
-    seed: int,
-    num_envs: int,
-) -> tuple[dict[str, float], Path, bool]:
-    """The random agent's figures on those episodes, from ``runs/random/<key>`` when played before; else played
-    (in this process: no model, no sampler engine) and kept there. Returns (figures, folder, cached)."""
-    from verlog.evaluation import evaluate
-
-    overrides = [f"env.memory={toml_value(memory)}", f"env.memory_kwargs={toml_value(dict(memory_kwargs))}"]
-
-    def play(partial: Path) -> dict[str, float]:
-        summary = evaluate(
-            "random", env_id, out=partial, episodes=episodes, seed=seed, num_envs=num_envs,
-            overrides=overrides, env_kwargs=dict(env_kwargs),
-        )  # fmt: skip
-        return _figures(summary, env_id)
-
-    return cached_random(
-        random_key(env_id, env_kwargs, memory, memory_kwargs, episodes, seed),
-        play,
-        lambda folder: _figures(json.loads((folder / "summary.json").read_text()), env_id),
-    )
-
-
 def plot(records: Sequence[dict[str, Any]], result: dict[str, Any], path: Path, title: str) -> None:
     """Success per update (episode-weighted, over a sliding window of 10% of the updates), the two windows
     with their ± 1 SE bands, and the invalid-action rate."""
@@ -162,6 +114,8 @@ def plot(records: Sequence[dict[str, Any]], result: dict[str, Any], path: Path, 
     ax.plot(updates, smooth, color="tab:blue", label=f"success (episodes of the last {k} updates)")
     for name, color in (("first", "tab:red"), ("last", "tab:green")):
         w = result[name]
+        if not w["episodes"]:  # no episode ended in it (a smoke run's few updates): nothing to draw
+            continue
         xs = [w["first_update"], w["last_update"]]
         ax.hlines(
             w["success"], *xs, color=color, lw=3, label=f"{name} 10%: {w['success']:.3f} ± {w['se']:.3f}"
@@ -174,32 +128,6 @@ def plot(records: Sequence[dict[str, Any]], result: dict[str, Any], path: Path, 
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-
-
-def evaluate_agents(config: Any, run_dir: Path, episodes: int) -> dict[str, dict[str, float]]:
-    """The same seeded episodes played by the initial model, by the run's last checkpoint (sampled at the
-    training temperature, with the run's prompts, memory and env settings), through ``verlog eval``, and by
-    the random agent (kept under ``runs/random/``)."""
-    from verlog.evaluation import evaluate
-
-    common = {
-        "suite": config.env.id,
-        "episodes": episodes,
-        "seed": EVAL_SEED,
-        "num_envs": config.env.num_envs,
-        "env_kwargs": dict(config.env.kwargs),
-        "config": run_dir / CONFIG_FILE,
-        "sample": True,
-    }
-    figures = {}
-    for name, agent in (("initial", config.model.path), ("trained", str(run_dir))):
-        summary = evaluate(agent, out=run_dir / f"eval-{name}-seed{EVAL_SEED}", **common)
-        figures[name] = _figures(summary, config.env.id)
-    figures["random"] = play_random(
-        config.env.id, config.env.kwargs, config.env.memory, config.env.memory_kwargs, episodes, EVAL_SEED,
-        config.env.num_envs,
-    )[0]  # fmt: skip
-    return figures
 
 
 def with_verdict(
@@ -217,6 +145,28 @@ def with_verdict(
         "window_passed": bool(windows["passed"]),
         "windows": windows,
         "evaluation_verdict": judged,
+    }
+
+
+def with_task_verdicts(
+    entry: dict[str, Any], windows: dict[str, Any], evaluations: dict[str, dict[str, dict[str, float]]]
+) -> dict[str, Any]:
+    """A mix's seed entry: each kind's blocks and verdict under ``tasks`` (:func:`judge_tasks`), the kinds that
+    passed and failed, and the mix pooled as the judged blocks every table reads (``initial``, ``trained``,
+    ``random``; its gain over the initial model is the entry's ``z``). The seed passes when the training windows
+    do and every kind does: a mix that learns its easy kinds only does not pass."""
+    judged = judge_tasks(evaluations)
+    return {
+        **entry,
+        **judged["mix"],
+        "tasks": judged["tasks"],
+        "tasks_passed": judged["tasks_passed"],
+        "tasks_failed": judged["tasks_failed"],
+        "passed": bool(windows["passed"] and not judged["tasks_failed"]),
+        "z": judged["mix_verdict"]["vs_initial"]["z"],
+        "window_passed": bool(windows["passed"]),
+        "windows": windows,
+        "evaluation_verdict": judged["mix_verdict"],
     }
 
 
@@ -251,12 +201,20 @@ def from_one_run(report: dict[str, Any]) -> dict[str, Any]:
     return results
 
 
-def header(config: dict[str, Any], episodes: int, eval_seed: int | None) -> dict[str, Any]:
+def header(
+    config: dict[str, Any],
+    episodes: int,
+    eval_seed: int | None,
+    stem: str = STEM,
+    kinds: Sequence[str] = (),
+) -> dict[str, Any]:
     """The results file's header: how its seeds were judged (:data:`benchmarks.demos.judge.JUDGE_KEYS`), so a
-    run judged otherwise moves the earlier entries to ``earlier_runs``."""
+    run judged otherwise moves the earlier entries to ``earlier_runs``. A mix judged per kind names its kinds
+    in ``task`` (its ``episodes`` are per kind)."""
+    task = {"env_id": config["env"]["id"], "env_kwargs": config["env"]["kwargs"]}
     return {
-        "benchmark": STEM,
-        "task": {"env_id": config["env"]["id"], "env_kwargs": config["env"]["kwargs"]},
+        "benchmark": stem,
+        "task": {**task, "kinds": list(kinds)} if kinds else task,
         "episodes": episodes,
         "eval_seed": eval_seed,
         "z_required": Z_REQUIRED,
@@ -267,6 +225,8 @@ def rejudge(entry: dict[str, Any]) -> dict[str, Any]:
     """A seed's entry judged again under the rule with random: random plays the episodes its initial and trained
     models played (its config's env, kwargs and memory, its ``eval_seed``); the figures already there stay, the
     old verdict is kept under ``verdict_before_random``."""
+    if "tasks" in entry:
+        raise SystemExit(f"seed {entry.get('seed')} was judged per task kind, against random already")
     if "trained" not in entry:
         raise SystemExit(f"seed {entry.get('seed')} has no evaluation to judge against random")
     env = entry["config"]["env"]
@@ -285,7 +245,10 @@ def rejudge(entry: dict[str, Any]) -> dict[str, Any]:
     return with_verdict(entry, entry["windows"], evaluation)
 
 
-def _print_evaluation(console: Any, evaluation: dict[str, dict[str, float]], judged: dict[str, Any]) -> None:
+def _print_evaluation(
+    console: Any, evaluation: dict[str, dict[str, float]], judged: dict[str, Any], label: str = ""
+) -> None:
+    """Each agent's figures, the trained model's gains in SEs and the verdict (of task kind ``label``)."""
     for name, figures in evaluation.items():
         console.print(
             f"evaluation, {name} {'agent' if name == 'random' else 'model'}, {figures['episodes']} seeded "
@@ -299,7 +262,7 @@ def _print_evaluation(console: Any, evaluation: dict[str, dict[str, float]], jud
             f"trained vs {name}: {d['gain']:+.3f} ± {d['se']:.3f} = {d['z']:.1f} SE (need >= {Z_REQUIRED:g})"
         )
     mark = "[green]PASS[/green]" if judged["passed"] else "[red]FAIL[/red]"
-    console.print(f"evaluation: {mark}")
+    console.print(f"evaluation{f' of {label}' if label else ''}: {mark}")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -311,14 +274,29 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--run", type=Path, default=None, help="check an existing run folder instead of training"
     )
-    parser.add_argument("--out", type=Path, default=RESULTS, help="folder for learn.json and learn.png")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="folder for STEM.json and STEM.png")
+    parser.add_argument(
+        "--stem",
+        default=STEM,
+        help="results file name in --out (default: learn; the mixes' nox sessions name theirs)",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="training seed (default: the preset's run.seed); the run is named -sN",
+    )
+    parser.add_argument(
+        "--budget-min", type=float, default=BUDGET_MIN, help="minutes of training the console warns beyond"
+    )
     parser.add_argument(
         "--eval-episodes",
         type=int,
-        default=96,
+        default=None,
         metavar="N",
-        help="afterwards, play N seeded episodes with the initial and the trained model and random (0: skip, "
-        "and judge on the training windows alone)",
+        help=f"afterwards, play N seeded episodes with the initial and the trained model and random, N of each "
+        f"task kind when the env is a mix (default: {EVAL_EPISODES}, or {TASK_EPISODES} per kind; 0: skip, and "
+        "judge on the training windows alone)",
     )
     parser.add_argument(
         "--rejudge",
@@ -368,7 +346,10 @@ def _train_or_read(
 
     started = time.perf_counter()
     if args.run is None:
-        config = load_preset(parser, args.config, args.overrides)
+        seeded = [f"run.seed={args.seed}"] if args.seed is not None else []
+        config = load_preset(parser, args.config, [*args.overrides, *seeded])
+        if args.seed is not None:  # seeds run side by side each get their own run folders
+            config.run.name = f"{config.run.name}-s{config.run.seed}"
         from verlog.ppo.trainer import Trainer
 
         if not Path(config.model.path).exists():
@@ -390,7 +371,9 @@ def _train_or_read(
     return config, run_dir, wall
 
 
-def _print_windows(console: Any, result: dict[str, Any], wall: float | None, run_dir: Path) -> None:
+def _print_windows(
+    console: Any, result: dict[str, Any], wall: float | None, run_dir: Path, budget_min: float = BUDGET_MIN
+) -> None:
     """The first and last windows' success, their gap in standard errors, and the wall time."""
     first, last = result["first"], result["last"]
     console.print(
@@ -408,9 +391,25 @@ def _print_windows(console: Any, result: dict[str, Any], wall: float | None, run
     )
     if wall is not None:
         over = (
-            f" [yellow](over the {BUDGET_MIN:.0f}-minute budget)[/yellow]" if wall > 60 * BUDGET_MIN else ""
+            f" [yellow](over the {budget_min:.0f}-minute budget)[/yellow]" if wall > 60 * budget_min else ""
         )
         console.print(f"training wall time {wall / 60:.1f} min{over}, run folder {run_dir}")
+
+
+def _evaluate(
+    console: Any, config: Any, run_dir: Path, episodes: int, kinds: tuple[str, tuple[str, ...]] | None
+) -> Any:
+    """The held-out evaluation, printed: the three agents on ``episodes`` seeded episodes, of each task kind
+    when the env is a mix (a dict of kind -> blocks), else of the task (its blocks)."""
+    if kinds is None:
+        evaluation = evaluate_agents(config, run_dir, episodes)
+        _print_evaluation(console, evaluation, judge_evaluation(evaluation))
+        return evaluation
+    console.print(f"judging each of {len(kinds[1])} task kinds ({kinds[0]}) on {episodes} episodes")
+    evaluations = evaluate_tasks(config, run_dir, episodes, kinds)
+    for kind, blocks in evaluations.items():
+        _print_evaluation(console, blocks, judge_evaluation(blocks), kind)
+    return evaluations
 
 
 @closed_pipe_ok
@@ -430,12 +429,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         console.print(f"[red]{run_dir} has no update in metrics.jsonl[/red]")
         return 1
     result = compare(records)
-    _print_windows(console, result, wall, run_dir)
+    _print_windows(console, result, wall, run_dir, args.budget_min)
 
-    evaluation = None
-    if args.eval_episodes:
-        evaluation = evaluate_agents(config, run_dir, args.eval_episodes)
-        _print_evaluation(console, evaluation, judge_evaluation(evaluation))
+    kinds = task_kinds(config.env.id, config.env.kwargs)
+    episodes = args.eval_episodes
+    if episodes is None:
+        episodes = TASK_EPISODES if kinds else EVAL_EPISODES
+    evaluation = _evaluate(console, config, run_dir, episodes, kinds) if episodes else None
 
     run = {
         "seed": config.run.seed,
@@ -454,16 +454,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             for r in records
         ],
     }
-    entry = with_verdict(run, result, evaluation)
+    per_task = bool(kinds and evaluation)
+    entry = with_task_verdicts(run, result, evaluation) if per_task else with_verdict(run, result, evaluation)
     judged_on = header(
-        run["config"], args.eval_episodes if evaluation else 0, EVAL_SEED if evaluation else None
-    )
-    results = record_seed(args.out, STEM, entry, judged_on)
+        run["config"], episodes if evaluation else 0, EVAL_SEED if evaluation else None, args.stem,
+        kinds[1] if per_task else (),
+    )  # fmt: skip
+    results = record_seed(args.out, args.stem, entry, judged_on)
     title = f"PPO, tiny random model, {config.env.id.split('/')[-1]}: z = {result['z']:.1f}"
-    plot(records, result, args.out / f"{STEM}.png", title)
+    plot(records, result, args.out / f"{args.stem}.png", title)
     console.print(
-        f"merged seed {entry['seed']} into {args.out / f'{STEM}.json'}; wrote {args.out / f'{STEM}.png'}"
+        f"merged seed {entry['seed']} into {args.out / f'{args.stem}.json'}; wrote "
+        f"{args.out / f'{args.stem}.png'}"
     )
+    if per_task:
+        console.print(f"task kinds passed {entry['tasks_passed']}, failed {entry['tasks_failed']}")
     console.print(
         f"overall: {'[green]PASS[/green]' if entry['passed'] else '[red]FAIL[/red]'} "
         f"(seeds passed {results['seeds_passed']}, failed {results['seeds_failed']})"

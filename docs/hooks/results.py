@@ -700,6 +700,86 @@ def learn_demo() -> str:
     return table(["seed", "window", "updates", "episodes ended", "success"], rows)
 
 
+#: Verlog's own success per task before -> after training (its README's table: Qwen2.5-3B-Instruct, PPO, one
+#: model per task, 76.8k turns each, ~24 h on 4 GPUs), keyed by verlog's kind or family name: the reference
+#: column of :func:`per_task`. BabyAI's putnext has no figure there.
+VERLOG_REFERENCE: dict[str, tuple[float, float]] = {
+    "goto": (0.88, 1.00),
+    "pickup": (0.41, 1.00),
+    "open": (0.09, 0.94),
+    "pick_up_seq_go_to": (0.22, 0.65),
+    "goto_win-distr_obj": (0.66, 1.00),
+    "two_room-goto_win": (0.03, 0.89),
+    "two_room-goto_win-distr_obj_rule": (0.22, 0.89),
+    "two_room-maybe_break_stop-goto_win": (0.19, 0.36),
+}
+VERLOG_SETTING = (
+    "Verlog's column is its own table: Qwen2.5-3B-Instruct, one model per task, 76.8k turns each (~24 h on 4 "
+    "GPUs), its own prompt. A different model, budget and prompt: shown for reference, not as a comparison."
+)
+
+
+def _same_or_each(cells: list[tuple[Any, str]]) -> str:
+    """One cell when every seed's figure is the same (the untrained model and random play the same episodes
+    for every seed), else each seed's, labelled."""
+    texts = [text for _, text in cells]
+    if len(set(texts)) <= 1:
+        return texts[0] if texts else ""
+    return "<br>".join(f"{text} (seed {seed})" for seed, text in cells)
+
+
+def per_task(name: str) -> str:
+    """A mix judged per task kind (``benchmarks/demos/learn.py`` on a mixed env), shaped like Verlog's table:
+    one row per kind with random's, the untrained model's and each seed's trained success on that kind's
+    held-out episodes, how many seeds passed it, and Verlog's own before -> after beside it; then what was
+    played, the rule, and why Verlog's figures are a reference only. Not in :data:`RENDERERS` until its
+    results file exists (``learn_babyai_mix.json``, ``learn_babaisai_mix.json``): every registered table must
+    render from the files."""
+    data = load(name)
+    entries = seeds(data)
+    kinds = list(
+        data.get("task", {}).get("kinds") or dict.fromkeys(k for e in entries for k in e.get("tasks", {}))
+    )
+    rows = []
+    for kind in kinds:
+        played = [(e.get("seed"), e["tasks"][kind]) for e in entries if kind in e.get("tasks", {})]
+        reference = VERLOG_REFERENCE.get(kind)
+        rows.append([
+            kind,
+            _same_or_each([(seed, figure(t.get("random"))) for seed, t in played]),
+            _same_or_each([(seed, figure(t.get("initial"))) for seed, t in played]),
+            "<br>".join(f"{figure(t.get('trained'))} (seed {seed})" for seed, t in played),
+            f"{sum(1 for _, t in played if t.get('verdict', {}).get('passed') is True)} of {len(played)}",
+            f"{reference[0] * 100:.0f} → {reference[1] * 100:.0f} %" if reference else "",
+        ])  # fmt: skip
+    header = ["task", "random", "before", "after", "seeds passed", "Verlog, Qwen2.5-3B (before → after)"]
+    played_on = (
+        f"Each kind: {data['episodes']} held-out episodes (seeds from {data['eval_seed']:,}) played by random, the "
+        f"untrained and each seed's trained model; a seed passes a kind when its trained model beats both by "
+        f"{data.get('z_required', 3):g} SE of the difference. "
+        if "episodes" in data and "eval_seed" in data
+        else ""
+    )  # fmt: skip
+    return table(header, rows) + f"\n\n{played_on}{_trained_as(entries)} {VERLOG_SETTING}"
+
+
+def _trained_as(entries: list[dict[str, Any]]) -> str:
+    """What the mix's seeds trained: the model (from the first seed's config) and each seed's turns and time."""
+    model = entries[0].get("config", {}).get("model", {}) if entries else {}
+    name = (
+        "a tiny randomly initialised model"
+        if model.get("build_tiny")
+        else model.get("build") or model.get("path")
+    )
+    name = name or "the preset's model"
+    budgets = [
+        f"{e['turns']:,} turns in {_minutes(e.get('wall_s')) or 'an unrecorded time'} (seed {e.get('seed')})"
+        for e in entries
+        if _number(e.get("turns")) is not None
+    ]
+    return f"Here: {name}, one model for every kind" + (f"; {', '.join(budgets)}." if budgets else ".")
+
+
 def speed() -> str:
     """How fast: env steps, Crafter reset, GAE, rollout, update, replay."""
     envs, gae, rollout, update, replay = (

@@ -1,0 +1,199 @@
+"""The tiny demonstration's held-out judge (``benchmarks/demos/learn.py``): the initial model, the trained one and
+random play the same seeded episodes, and the trained model must beat both by :data:`Z_REQUIRED` standard errors
+of the difference (:func:`benchmarks.demos.judge.difference`).
+
+A mixed env (``verlog/BabyAI-Mixed-v0``'s five kinds, BabaIsAI's ``levels``) is judged per task kind: each kind
+is fixed in turn by the env kwarg that names the mix (:data:`KIND_KWARGS`), the three agents play the same
+seeded episodes of it, and each kind gets its own verdict. A mix pooled into one figure could pass on its easy
+kinds alone, which is what Verlog's table, one row per task, would not show.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import cached_random, random_key
+from benchmarks.demos.judge import EVAL_SEED, Z_REQUIRED, difference
+from verlog.runkit.folder import CONFIG_FILE
+from verlog.tomlconfig import toml_value
+
+__all__ = [
+    "KIND_KWARGS",
+    "TASK_EPISODES",
+    "evaluate_agents",
+    "evaluate_tasks",
+    "eval_figures",
+    "judge_evaluation",
+    "judge_tasks",
+    "kind_kwargs",
+    "play_random",
+    "pooled",
+    "task_kinds",
+]
+
+#: The env kwarg that makes an env a mix, and how one kind is written into it to fix that kind: BabyAI's
+#: ``task`` (a kind, or a tuple to draw from per reset), BabaIsAI's ``levels`` (the families drawn per reset; a
+#: list of one is that family alone, drawn with no extra random number, so its levels are the family's own).
+KIND_KWARGS: dict[str, Callable[[str], Any]] = {"task": lambda kind: kind, "levels": lambda kind: [kind]}
+#: Held-out episodes per task kind when a mix is judged (issue 57: at least 128 each).
+TASK_EPISODES = 128
+
+
+# ------------------------------------------------------------------------------------------------ figures
+def eval_figures(summary: dict[str, Any], env_id: str) -> dict[str, float]:
+    """A ``verlog eval`` summary's figures in the judge's layout (fractions, ``success_se``), as every
+    demonstration's blocks are, so the results tables read them alike."""
+    task = summary["tasks"][env_id]
+    return {
+        "episodes": task["episodes"],
+        "success": task["success_rate"] / 100,
+        "success_se": task["success_se"] / 100,
+        "invalid_action_rate": task["invalid_action_rate"] / 100,
+        "mean_length": task["mean_length"],
+    }
+
+
+def pooled(blocks: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """Blocks of the kinds of a mix as one: success over all their episodes with the stratified SE
+    sqrt(sum n_k^2 SE_k^2) / N (each kind's episodes are their own sample), the invalid rate over all turns and
+    the mean length over all episodes; what the mix as a whole scored, reported beside the per-kind verdicts."""
+    n = sum(b["episodes"] for b in blocks)
+    turns = [b["episodes"] * b["mean_length"] for b in blocks]
+    return {
+        "episodes": n,
+        "success": sum(b["episodes"] * b["success"] for b in blocks) / n,
+        "success_se": math.sqrt(sum((b["episodes"] * b["success_se"]) ** 2 for b in blocks)) / n,
+        "invalid_action_rate": sum(t * b["invalid_action_rate"] for t, b in zip(turns, blocks, strict=True))
+        / max(sum(turns), 1e-12),
+        "mean_length": sum(turns) / n,
+    }
+
+
+# ------------------------------------------------------------------------------------------------ task kinds
+def task_kinds(env_id: str, env_kwargs: Mapping[str, Any]) -> tuple[str, tuple[str, ...]] | None:
+    """``(kwarg, kinds)`` when ``env_id`` with ``env_kwargs`` draws a task kind per reset (the registered kwargs
+    under the preset's, as ``gymnasium.make`` merges them), else None: a single task is judged as one."""
+    import gymnasium as gym
+
+    import verlog  # noqa: F401  (registers the verlog/... ids)
+
+    merged = {**gym.spec(env_id).kwargs, **env_kwargs}
+    for key in KIND_KWARGS:
+        value = merged.get(key)
+        if isinstance(value, list | tuple) and len(value) > 1:
+            return key, tuple(str(kind) for kind in value)
+    return None
+
+
+def kind_kwargs(env_kwargs: Mapping[str, Any], key: str, kind: str) -> dict[str, Any]:
+    """The preset's env kwargs with the mix fixed to ``kind`` (every other setting kept, so each kind is played
+    as the mix plays it)."""
+    return {**env_kwargs, key: KIND_KWARGS[key](kind)}
+
+
+# ------------------------------------------------------------------------------------------------ agents
+def play_random(
+    env_id: str,
+    env_kwargs: dict[str, Any],
+    memory: str,
+    memory_kwargs: dict[str, Any],
+    episodes: int,
+    seed: int,
+    num_envs: int,
+) -> tuple[dict[str, float], Path, bool]:
+    """The random agent's figures on those episodes, from ``runs/random/<key>`` when played before; else played
+    (in this process: no model, no sampler engine) and kept there. Returns (figures, folder, cached)."""
+    from verlog.evaluation import evaluate
+
+    overrides = [f"env.memory={toml_value(memory)}", f"env.memory_kwargs={toml_value(dict(memory_kwargs))}"]
+
+    def play(partial: Path) -> dict[str, float]:
+        summary = evaluate(
+            "random", env_id, out=partial, episodes=episodes, seed=seed, num_envs=num_envs,
+            overrides=overrides, env_kwargs=dict(env_kwargs),
+        )  # fmt: skip
+        return eval_figures(summary, env_id)
+
+    return cached_random(
+        random_key(env_id, env_kwargs, memory, memory_kwargs, episodes, seed),
+        play,
+        lambda folder: eval_figures(json.loads((folder / "summary.json").read_text()), env_id),
+    )
+
+
+def evaluate_agents(
+    config: Any, run_dir: Path, episodes: int, env_kwargs: Mapping[str, Any] | None = None, label: str = ""
+) -> dict[str, dict[str, float]]:
+    """The same seeded episodes played by the initial model, by the run's last checkpoint (sampled at the
+    training temperature, with the run's prompts, memory and env settings), through ``verlog eval``, and by
+    the random agent (kept under ``runs/random/``). ``env_kwargs`` replaces the run's (one kind of a mix), and
+    ``label`` names its evaluation folders (``eval-<agent>-<label>-seed<N>``)."""
+    from verlog.evaluation import evaluate
+
+    kwargs = dict(config.env.kwargs if env_kwargs is None else env_kwargs)
+    common = {
+        "suite": config.env.id,
+        "episodes": episodes,
+        "seed": EVAL_SEED,
+        "num_envs": config.env.num_envs,
+        "env_kwargs": kwargs,
+        "config": run_dir / CONFIG_FILE,
+        "sample": True,
+    }
+    part = f"-{label}" if label else ""
+    figures = {}
+    for name, agent in (("initial", config.model.path), ("trained", str(run_dir))):
+        summary = evaluate(agent, out=run_dir / f"eval-{name}{part}-seed{EVAL_SEED}", **common)
+        figures[name] = eval_figures(summary, config.env.id)
+    figures["random"] = play_random(
+        config.env.id, kwargs, config.env.memory, config.env.memory_kwargs, episodes, EVAL_SEED,
+        config.env.num_envs,
+    )[0]  # fmt: skip
+    return figures
+
+
+def evaluate_tasks(
+    config: Any, run_dir: Path, episodes: int, kinds: tuple[str, tuple[str, ...]]
+) -> dict[str, dict[str, dict[str, float]]]:
+    """:func:`evaluate_agents` on each kind of a mix (``kinds`` from :func:`task_kinds`), ``episodes`` each."""
+    key, names = kinds
+    return {
+        kind: evaluate_agents(config, run_dir, episodes, kind_kwargs(config.env.kwargs, key, kind), kind)
+        for kind in names
+    }
+
+
+# ------------------------------------------------------------------------------------------------ verdicts
+def judge_evaluation(evaluation: dict[str, dict[str, float]]) -> dict[str, Any]:
+    """The trained model against the initial one and against random on the same seeded episodes: both gains
+    must be at least ``Z_REQUIRED`` standard errors of the difference (a run from before random was played is
+    judged on the initial model alone, as it was then, until ``--rejudge`` plays random)."""
+    trained = evaluation["trained"]
+    out: dict[str, Any] = {}
+    for name in ("initial", "random"):
+        if name in evaluation:
+            other = evaluation[name]
+            out[f"vs_{name}"] = difference(
+                trained["success"], trained["success_se"], other["success"], other["success_se"]
+            )
+    out["passed"] = bool(all(d["z"] >= Z_REQUIRED for d in out.values()))
+    return out
+
+
+def judge_tasks(evaluations: Mapping[str, dict[str, dict[str, float]]]) -> dict[str, Any]:
+    """Each kind's blocks with its own verdict (:func:`judge_evaluation`: beats the initial model and random by
+    ``Z_REQUIRED`` SEs on that kind's episodes), which kinds passed and failed, and the mix pooled
+    (:func:`pooled`, reported, not judged on)."""
+    tasks = {kind: {**blocks, "verdict": judge_evaluation(blocks)} for kind, blocks in evaluations.items()}
+    mix = {name: pooled([b[name] for b in evaluations.values()]) for name in ("initial", "trained", "random")}
+    return {
+        "tasks": tasks,
+        "tasks_passed": [kind for kind, t in tasks.items() if t["verdict"]["passed"]],
+        "tasks_failed": [kind for kind, t in tasks.items() if not t["verdict"]["passed"]],
+        "mix": mix,
+        "mix_verdict": judge_evaluation(mix),
+    }
