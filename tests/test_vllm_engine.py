@@ -53,10 +53,25 @@ def engine(tiny: Path):
         max_model_len=128,
         temperature=0.7,
         device="cpu",
-        cpu_kvcache_gib=0.25,
+        sequences=len(prompts),  # the KV cache sized to them (sampling.vllm_cpu_kvcache_gib = 0)
         dtype="float32",
     )
     return actor, tokenizer, prompts, sampler
+
+
+def test_the_cpu_kv_cache_is_sized_to_the_prompts_a_call_runs(tiny: Path) -> None:
+    """sampling.vllm_cpu_kvcache_gib = 0: room for every prompt at full length in float32, not a fixed GiB."""
+    from transformers import AutoConfig
+
+    from verlog.sampling.vllm import cpu_kv_cache_bytes
+
+    config = AutoConfig.from_pretrained(tiny)
+    kv_heads = getattr(config, "num_key_value_heads", config.num_attention_heads)
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    need = 8 * 512 * config.num_hidden_layers * 2 * kv_heads * head_dim * 4
+    size = cpu_kv_cache_bytes(str(tiny), 8, 512)
+    assert need < size < need * 1.3 + 2**27
+    assert cpu_kv_cache_bytes(str(tiny), 16, 512) - size == pytest.approx(need * 1.25, rel=1e-6)
 
 
 def _greedy(actor, tokenizer, prompts) -> list[list[int]]:

@@ -216,8 +216,8 @@ class SamplingConfig:
     """Fraction of the GPU vLLM may take (weights + KV cache); the rest is left to training."""
     vllm_sleep_level: int = 1
     """vLLM sleep while training (GPU only): 1 = weights to CPU, KV cache freed; 2 = weights dropped too; 0 = awake."""
-    vllm_cpu_kvcache_gib: float = 1.0
-    """KV cache of vLLM on a CPU, in GiB (VLLM_CPU_KVCACHE_SPACE); 1 holds ~30k tokens of a 135M model."""
+    vllm_cpu_kvcache_gib: float = 0.0
+    """KV cache of vLLM on a CPU, in GiB (VLLM_CPU_KVCACHE_SPACE); 0 = what one generate call's prompts need at max_prompt_tokens (8 SmolLM2 prompts of 1k tokens: ~0.5 GiB), 1 GiB where that count is unknown (evaluation)."""
     vllm_enforce_eager: bool = True
     """Run vLLM without torch.compile / CUDA graphs: on a CPU it loads in seconds instead of minutes."""
     vllm_prefix_caching: bool = True

@@ -229,8 +229,8 @@ def _sampling(config: Config) -> Iterator[str]:
         yield f"sampling.top_p must be in (0, 1], got {sampling.top_p}"
     if not 0.0 < sampling.vllm_gpu_memory_utilization < 1.0:
         yield f"sampling.vllm_gpu_memory_utilization must be in (0, 1), got {sampling.vllm_gpu_memory_utilization}"
-    if sampling.vllm_cpu_kvcache_gib <= 0:
-        yield f"sampling.vllm_cpu_kvcache_gib must be > 0, got {sampling.vllm_cpu_kvcache_gib}"
+    if sampling.vllm_cpu_kvcache_gib < 0:
+        yield f"sampling.vllm_cpu_kvcache_gib must be >= 0 (0 = sized to the batch), got {sampling.vllm_cpu_kvcache_gib}"
     if sampling.vllm_sleep_level not in (0, 1, 2):
         yield f"sampling.vllm_sleep_level must be 0, 1 or 2, got {sampling.vllm_sleep_level}"
 

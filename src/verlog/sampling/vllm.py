@@ -52,6 +52,19 @@ __all__ = ["ENGINE_VARS", "VLLMSampler", "child_env", "own_cores"]
 ENGINE_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
+def cpu_kv_cache_bytes(model_path: str, sequences: int, max_model_len: int) -> int:
+    """The KV cache ``sequences`` prompts of up to ``max_model_len`` tokens need at once: keys and values of
+    every layer, counted at 4 bytes an element whatever the engine's precision, a quarter more for its blocks'
+    rounding, and 64 MiB: for SmolLM2's Crafter batch (8 prompts of 1k tokens) ~0.5 GiB."""
+    from transformers import AutoConfig
+
+    text = AutoConfig.from_pretrained(model_path).get_text_config()
+    heads = text.num_attention_heads
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // heads
+    per_token = text.num_hidden_layers * 2 * getattr(text, "num_key_value_heads", heads) * head_dim * 4
+    return int(sequences * max_model_len * per_token * 1.25) + 64 * 2**20
+
+
 class VLLMSampler:
     """A colocated vLLM engine behind the :class:`verlog.sampling.Sampler` interface."""
 
@@ -68,7 +81,8 @@ class VLLMSampler:
         device: str = "cpu",
         gpu_memory_utilization: float = 0.3,
         sleep_level: int = 1,
-        cpu_kvcache_gib: float = 1.0,
+        cpu_kvcache_gib: float = 0.0,
+        sequences: int = 0,
         enforce_eager: bool = True,
         seed: int = 0,
         dtype: str = "auto",
@@ -77,7 +91,9 @@ class VLLMSampler:
     ) -> None:
         """``weights()`` yields the actor's current weights in Hugging Face naming (None: evaluation, the engine
         keeps the checkpoint's); every process calls it in :meth:`update_weights` at the same time (under ZeRO-3
-        its gathers are collective). ``constraint``: answers restricted to valid actions by vLLM's own grammar."""
+        its gathers are collective). ``constraint``: answers restricted to valid actions by vLLM's own grammar.
+        On a CPU the KV cache takes ``cpu_kvcache_gib``, or with 0 what ``sequences`` prompts at once need
+        (:func:`cpu_kv_cache_bytes`; 1 GiB when that count is not known either)."""
         refuse_word_level(constraint)
         try:
             from vllm import LLM
@@ -106,7 +122,11 @@ class VLLMSampler:
             "logprobs_mode": "processed_logprobs",
         }
         if self.on_cpu:
-            kwargs["kv_cache_memory_bytes"] = int(cpu_kvcache_gib * 2**30)  # VLLM_CPU_KVCACHE_SPACE, finer
+            kwargs["kv_cache_memory_bytes"] = (  # VLLM_CPU_KVCACHE_SPACE, finer
+                int(cpu_kvcache_gib * 2**30)
+                if cpu_kvcache_gib > 0 or not sequences
+                else cpu_kv_cache_bytes(model_path, sequences, max_model_len)
+            )
             # A prefill split across steps rewinds its request's seeded generator, which a CPU generator
             # cannot do ("CPU Generator does not use offset"): a batch of seeded prompts longer than the
             # token budget (32 BabyAI prompts) crashed. Whole prefills only; a prompt waits for the next step.
@@ -145,7 +165,8 @@ class VLLMSampler:
         process_index: int = 0,
         constraint: ActionConstraint | None = None,
     ) -> VLLMSampler:
-        """The sampler a :class:`verlog.config.Config` asks for, on process ``process_index``."""
+        """The sampler a :class:`verlog.config.Config` asks for, on process ``process_index``: its KV cache on a
+        CPU sized for the prompts one generate call runs (the envs', or the validation panel's when more)."""
         s = config.sampling
         return cls(
             config.model.path,
@@ -159,6 +180,8 @@ class VLLMSampler:
             gpu_memory_utilization=s.vllm_gpu_memory_utilization,
             sleep_level=s.vllm_sleep_level,
             cpu_kvcache_gib=s.vllm_cpu_kvcache_gib,
+            sequences=s.batch_size
+            or max(config.env.num_envs, config.panel.num_envs if config.run.eval_every else 0),
             enforce_eager=s.vllm_enforce_eager,
             seed=config.run.seed + process_index,
             dtype=config.model.dtype,
