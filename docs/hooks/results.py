@@ -1005,6 +1005,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "crafter_speed_levers": training_levers,
     "long_run": long_run,
     "constrained_vs_free": constrained_vs_free,
+    "constrained_vs_free_real": constrained_vs_free_success,
     "crafter_free": lambda: crafter("learn_crafter_free.json"),
     "crafter_free_achievements": lambda: crafter_achievements("learn_crafter_free.json"),
     "crafter_constrained": lambda: crafter("learn_crafter_constrained.json"),
