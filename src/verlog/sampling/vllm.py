@@ -65,6 +65,13 @@ def cpu_kv_cache_bytes(model_path: str, sequences: int, max_model_len: int) -> i
     return int(sequences * max_model_len * per_token * 1.25) + 64 * 2**20
 
 
+def _kv_cache_bytes(model_path: str, gib: float, sequences: int, max_model_len: int) -> int:
+    """VLLM_CPU_KVCACHE_SPACE, finer: ``gib`` when set, else what ``sequences`` prompts need, else 1 GiB."""
+    if gib > 0:
+        return int(gib * 2**30)
+    return cpu_kv_cache_bytes(model_path, sequences, max_model_len) if sequences else 2**30
+
+
 class VLLMSampler:
     """A colocated vLLM engine behind the :class:`verlog.sampling.Sampler` interface."""
 
@@ -92,8 +99,7 @@ class VLLMSampler:
         """``weights()`` yields the actor's current weights in Hugging Face naming (None: evaluation, the engine
         keeps the checkpoint's); every process calls it in :meth:`update_weights` at the same time (under ZeRO-3
         its gathers are collective). ``constraint``: answers restricted to valid actions by vLLM's own grammar.
-        On a CPU the KV cache takes ``cpu_kvcache_gib``, or with 0 what ``sequences`` prompts at once need
-        (:func:`cpu_kv_cache_bytes`; 1 GiB when that count is not known either)."""
+        A CPU's KV cache: :func:`_kv_cache_bytes` (``sequences``: the prompts one generate call runs)."""
         refuse_word_level(constraint)
         try:
             from vllm import LLM
@@ -102,9 +108,7 @@ class VLLMSampler:
 
         _distributed_env()
         self.tokenizer, self.constraint, self.weights = tokenizer, constraint, weights
-        self.max_new_tokens = max_new_tokens
-        self.temperature = temperature
-        self.top_p = top_p
+        self.max_new_tokens, self.temperature, self.top_p = max_new_tokens, temperature, top_p
         self.on_cpu = torch.device(device).type == "cpu"
         self.sleep_level = 0 if self.on_cpu else sleep_level  # vLLM's CPU backend cannot sleep
         self.eos_ids = eos_token_ids(tokenizer, generation_config(model_path))
@@ -122,14 +126,11 @@ class VLLMSampler:
             "logprobs_mode": "processed_logprobs",
         }
         if self.on_cpu:
-            kwargs["kv_cache_memory_bytes"] = (  # VLLM_CPU_KVCACHE_SPACE, finer
-                int(cpu_kvcache_gib * 2**30)
-                if cpu_kvcache_gib > 0 or not sequences
-                else cpu_kv_cache_bytes(model_path, sequences, max_model_len)
+            kwargs["kv_cache_memory_bytes"] = _kv_cache_bytes(
+                model_path, cpu_kvcache_gib, sequences, max_model_len
             )
-            # A prefill split across steps rewinds its request's seeded generator, which a CPU generator
-            # cannot do ("CPU Generator does not use offset"): a batch of seeded prompts longer than the
-            # token budget (32 BabyAI prompts) crashed. Whole prefills only; a prompt waits for the next step.
+            # A split prefill rewinds a seeded generator, which a CPU one cannot ("CPU Generator does not use
+            # offset": 32 BabyAI prompts crashed). Whole prefills only; a prompt waits for the next step.
             kwargs["enable_chunked_prefill"] = False
         else:
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
