@@ -193,11 +193,12 @@ class TurnStorage:
     def keep_trunk_states(self, rows: Sequence[tuple[int, int]], batch: Batch) -> None:
         """Keep each row's trunk states from a scored ``batch`` (its real columns only), while they fit."""
         assert batch.hidden is not None
-        prefix = batch.prefix_hidden
+        prefix, used = batch.prefix_hidden, self.trunk_bytes
         for i, row in enumerate(rows):
             states = batch.hidden[i][batch.attention_mask[i].bool()]
             states = states if prefix is None else torch.cat([prefix, states])
-            if self.trunk_bytes + states.numel() * states.element_size() > self.trunk_budget:
+            used += states.numel() * states.element_size()
+            if used > self.trunk_budget:
                 return
             self.trunk_states[row] = states
 
