@@ -17,6 +17,7 @@ import math
 import os
 import shutil
 import statistics
+import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,24 @@ def machine() -> dict[str, Any]:
     from verlog.evaluation import output
 
     return output.machine()
+
+
+#: The 1-minute load average under which the cores count as idle for a published speed figure.
+IDLE_LOAD = 0.5
+
+
+def settled_load(wait_s: float = 180.0, poll_s: float = 5.0) -> float:
+    """The 1-minute load average once it falls under :data:`IDLE_LOAD`, waiting at most ``wait_s`` for it.
+
+    A speed bench run right after another heavy job would otherwise record that job's tail as its own start
+    load and be marked not idle; waiting for the load to settle makes back-to-back benches comparable. After
+    ``wait_s`` it gives up and returns the load as it is (the record then says the cores were not idle)."""
+    deadline = time.monotonic() + wait_s
+    load = os.getloadavg()[0]
+    while load >= IDLE_LOAD and time.monotonic() < deadline:
+        time.sleep(poll_s)
+        load = os.getloadavg()[0]
+    return load
 
 
 def preset_parser(doc: str | None, preset: str, result: str) -> argparse.ArgumentParser:

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 import torch
 from rich.console import Console
 
-from benchmarks.common import load_preset, machine, preset_parser
+from benchmarks.common import load_preset, machine, preset_parser, settled_load
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -45,7 +45,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     config = load_preset(
         parser, args.config, ["run.console=false", 'run.name="bench-branch-scoring"', *args.overrides]
     )
-    load_start = os.getloadavg()[0]
+    load_start = settled_load()
     trainer = Trainer(config)
     storage = trainer.storage
     trainer.rollout.collect(storage)

@@ -30,7 +30,7 @@ from typing import Any
 
 from rich.console import Console
 
-from benchmarks.common import ROOT, load_preset, machine, preset_parser
+from benchmarks.common import ROOT, load_preset, machine, preset_parser, settled_load
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -100,7 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
     console = Console(soft_wrap=True)
-    load_start = os.getloadavg()[0]
+    load_start = settled_load()
     batches = collect_prompts(config, args.updates)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 from rich.console import Console
 
-from benchmarks.common import load_preset, machine, preset_parser
+from benchmarks.common import load_preset, machine, preset_parser, settled_load
 
 #: The per-update figures kept, each the median over the updates of one setting.
 KEYS = (
@@ -52,7 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         *args.overrides,
     ]
     config = load_preset(parser, args.config, overrides)
-    load_start = os.getloadavg()[0]
+    load_start = settled_load()
     trainer = Trainer(config)
     runs: dict[str, list[dict[str, float]]] = {"off": [], "on": []}
     for _ in range(args.updates):

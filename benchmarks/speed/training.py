@@ -9,7 +9,8 @@ update's clock (``metrics.jsonl``) splits it into sampling (``time/generate``), 
 building (``time/prompt``), scoring (``time/score``: the actor's log-probs, the reference and the critic's values)
 and the PPO update (``time/update``); the first update is left out (it warms the caches up). Turns per second are
 the turns of the timed updates over their time. The load average at the start and the end is recorded beside
-the figures: publish a figure measured on idle cores only (a load under 0.5 at the start).
+the figures: publish a figure measured on idle cores only (a load under 0.5 at the start; the bench first waits up
+to three minutes for the load to fall there, so back-to-back runs do not inherit each other's load).
 
 Writes ``benchmarks/results/training.json``: one entry per preset and overrides (the latest run of each, keyed
 ``"<preset> <overrides>"``), with the machine and the largest resident memory an update logged.
@@ -29,7 +30,15 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from benchmarks.common import load_preset, locked, machine, preset_parser, update_records
+from benchmarks.common import (
+    IDLE_LOAD,
+    load_preset,
+    locked,
+    machine,
+    preset_parser,
+    settled_load,
+    update_records,
+)
 from verlog.pipes import closed_pipe_ok
 from verlog.quiet import quiet_console
 
@@ -64,7 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--updates", type=int, default=10, help="updates trained (the first is not timed)")
     args = parser.parse_intermixed_args(argv)
     quiet_console()
-    load_start = os.getloadavg()[0]
+    load_start = settled_load()
     with tempfile.TemporaryDirectory() as folder:
         overrides = [
             f"run.output_dir={folder}", "run.console=false", "run.checkpoint_every=0", "run.eval_every=0",
@@ -84,7 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         **figures,
         "wall_s": wall,
         "load_average": [load_start, os.getloadavg()[0]],
-        "idle": load_start < 0.5,
+        "idle": load_start < IDLE_LOAD,
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "machine": machine(),
     }
