@@ -413,6 +413,24 @@ def test_novelty_bonus_pays_each_cell_once_and_leaves_the_game_alone() -> None:
     assert info["cells_visited"] == 1  # a new episode starts with its first cell only
 
 
+def test_achievement_rewards_replace_crafters_plus_one_and_leave_the_game_alone() -> None:
+    env, twin = make(achievement_rewards={"collect_wood": 3.0, "place_table": 5.0}), make()
+    env.reset(seed=3)
+    twin.reset(seed=3)
+    # seed 3: a tree two cells west of where one step south lands; the fifth action collects wood
+    for step, action in enumerate(["Move South", "Move West", "Move West", "Move West", "Do", "Noop", "Move East"]):
+        text, reward, *_, info = env.step(action)
+        twin_text, twin_reward, *_ = twin.step(action)
+        assert text == twin_text  # the shaping changes the reward, never the game
+        if step == 4:
+            assert info["achievements"]["collect_wood"] == 1 and twin_reward == pytest.approx(1.0)
+            assert reward == pytest.approx(3.0)  # the named reward, in place of crafter's +1
+        else:
+            assert reward == pytest.approx(twin_reward)
+    with pytest.raises(ValueError, match="collect_wod.*not Crafter achievements"):
+        make(achievement_rewards={"collect_wod": 2.0})
+
+
 def test_synonyms_and_strict_parsing() -> None:
     env = make()
     for response, action in [

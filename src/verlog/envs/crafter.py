@@ -34,7 +34,7 @@ The game is :class:`crafter.Env` itself with BALROG's settings (64Ã—64 world, 9Ã
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import crafter
@@ -190,6 +190,17 @@ def _instruction_text() -> str:
     )
 
 
+
+def _achievement_rewards(rewards: Mapping[str, float] | None) -> dict[str, float]:
+    """``rewards`` checked against crafter's achievement names (a misspelt one would silently pay +1)."""
+    rewards = dict(rewards or {})
+    unknown = sorted(set(rewards) - set(ACHIEVEMENTS))
+    if unknown:
+        raise ValueError(
+            f"achievement_rewards names {unknown}, which are not Crafter achievements; use some of {list(ACHIEVEMENTS)}"
+        )
+    return {name: float(value) for name, value in rewards.items()}
+
 class _HeadlessCrafter(crafter.Env):
     """``crafter.Env`` that never draws its observation image (see the module docstring)."""
 
@@ -239,6 +250,9 @@ class CrafterTextEnv(TextEnv):
         describe_daylight: add ``It is day.`` / ``It is night.`` (not in BALROG's text).
         novelty_bonus: training shaping, count-based exploration: added to the reward the first time in an
             episode the player stands on a cell (0: crafter's reward alone); ``info["cells_visited"]`` counts them.
+        achievement_rewards: training shaping, breadth: the reward for each named achievement's first unlock in an
+            episode, in place of crafter's +1 (unnamed ones keep +1); e.g. less for the sapling-plant-sleep
+            routine and more for the tech tree. The judged reward is crafter's own: leave it out there.
         invalid_action_penalty, invalid_action_feedback, strict_parsing, render_mode, invalid_action_fallback,
             offered_actions: see :class:`~verlog.envs.base.TextEnv`; ``render_mode`` may also be ``"rgb_array"`` (crafter's image).
 
@@ -349,6 +363,7 @@ class CrafterTextEnv(TextEnv):
         precise_location: bool = False,
         describe_daylight: bool = False,
         novelty_bonus: float = 0.0,
+        achievement_rewards: Mapping[str, float] | None = None,
         invalid_action_penalty: float = 0.0,
         invalid_action_feedback: bool = True,
         strict_parsing: bool = False,
@@ -371,6 +386,7 @@ class CrafterTextEnv(TextEnv):
         self.precise_location = bool(precise_location)
         self.describe_daylight = bool(describe_daylight)
         self.novelty_bonus = float(novelty_bonus)
+        self.achievement_rewards = _achievement_rewards(achievement_rewards)
         self._visited: set[tuple[int, int]] = set()
         self.world_seed: int | None = None
         self._env = _HeadlessCrafter()
@@ -395,7 +411,12 @@ class CrafterTextEnv(TextEnv):
         return self._text(semantic), info
 
     def _apply(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        before = set(self._env._unlocked)
         _, reward, _, crafter_info = self._env.step(_ACTION_INDEX[action])
+        if self.achievement_rewards and len(self._env._unlocked) > len(before):
+            # crafter pays +1 for a step that unlocks anything (once, however many); pay each its own reward.
+            new = self._env._unlocked - before
+            reward += sum(self.achievement_rewards.get(name, 1.0) for name in new) - 1.0
         terminated = self._env._player.health <= 0
         truncated = not terminated and self._env._step >= self.max_steps
         semantic = crafter_info["semantic"]
