@@ -418,7 +418,9 @@ def test_achievement_rewards_replace_crafters_plus_one_and_leave_the_game_alone(
     env.reset(seed=3)
     twin.reset(seed=3)
     # seed 3: a tree two cells west of where one step south lands; the fifth action collects wood
-    for step, action in enumerate(["Move South", "Move West", "Move West", "Move West", "Do", "Noop", "Move East"]):
+    for step, action in enumerate(
+        ["Move South", "Move West", "Move West", "Move West", "Do", "Noop", "Move East"]
+    ):
         text, reward, *_, info = env.step(action)
         twin_text, twin_reward, *_ = twin.step(action)
         assert text == twin_text  # the shaping changes the reward, never the game

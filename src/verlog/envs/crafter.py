@@ -190,7 +190,6 @@ def _instruction_text() -> str:
     )
 
 
-
 def _achievement_rewards(rewards: Mapping[str, float] | None) -> dict[str, float]:
     """``rewards`` checked against crafter's achievement names (a misspelt one would silently pay +1)."""
     rewards = dict(rewards or {})
@@ -200,6 +199,7 @@ def _achievement_rewards(rewards: Mapping[str, float] | None) -> dict[str, float
             f"achievement_rewards names {unknown}, which are not Crafter achievements; use some of {list(ACHIEVEMENTS)}"
         )
     return {name: float(value) for name, value in rewards.items()}
+
 
 class _HeadlessCrafter(crafter.Env):
     """``crafter.Env`` that never draws its observation image (see the module docstring)."""
