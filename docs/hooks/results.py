@@ -733,8 +733,8 @@ def per_task(name: str) -> str:
     one row per kind with random's, the untrained model's and each seed's trained success on that kind's
     held-out episodes, how many seeds passed it, and Verlog's own before -> after beside it; then what was
     played, the rule, and why Verlog's figures are a reference only. Not in :data:`RENDERERS` until its
-    results file exists (``learn_babyai_mix.json``, ``learn_babaisai_mix.json``): every registered table must
-    render from the files."""
+    results file exists (``learn_babyai_mix.json``, ``learn_babaisai_mix.json``, registered as ``babyai_mix`` and
+    ``babaisai_mix``): every registered table must render from the files."""
     data = load(name)
     entries = seeds(data)
     kinds = list(
@@ -1012,6 +1012,8 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "crafter_constrained_achievements": lambda: crafter_achievements("learn_crafter_constrained.json"),
     "crafter_levers": lambda: crafter("learn_crafter_levers.json"),
     "crafter_levers_achievements": lambda: crafter_achievements("learn_crafter_levers.json"),
+    "babyai_mix": lambda: per_task("learn_babyai_mix.json"),
+    "babaisai_mix": lambda: per_task("learn_babaisai_mix.json"),
 }
 
 
