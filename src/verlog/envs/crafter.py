@@ -3,18 +3,10 @@
 The game is :class:`crafter.Env` itself with BALROG's settings (64×64 world, 9×9 view, 256 px images,
 ``reward=True``); only what the agent sees is ours. Decisions a user should know:
 
-* **No pixels unless asked.** Crafter renders a 256×256 image on every step, about 85 % of its step time.
-  We keep crafter's step and swap only its ``_obs`` hook, so the image is never drawn; ``render()`` draws it on
-  demand when ``render_mode="rgb_array"``. Crafter's night-time image noise draws from the world's random
-  stream, so the hook makes that same draw (cheap) at night: the world evolves exactly as in raw Crafter, and
-  calling ``render()`` (which restores the stream afterwards) never changes the future.
-* **Determinism.** Each ``reset`` draws ``world_seed`` from ``self.np_random``; the episode is then the
-  first episode of ``crafter.Env(seed=world_seed)`` (crafter seeds its world with ``hash((seed, episode))``,
-  and a tuple of ints hashes the same in every process). Crafter itself is *not* deterministic given its
-  seed: every 10 steps it may despawn a creature picked by index from a ``set`` ordered by memory address,
-  so two runs (or a pickled copy) drift apart within tens of steps. We hand it the chunk's creatures in
-  creation order instead. So ``reset(seed=s)`` fixes the map, the creatures and the whole future under the
-  same actions (BALROG's doesn't), and the game is otherwise crafter's, step for step.
+* **No pixels unless asked, and deterministic.** The world runs headless and creature despawns follow
+  creation order; each ``reset`` draws ``world_seed`` from ``self.np_random`` and plays that world's first
+  episode, so ``reset(seed=s)`` fixes the map, the creatures and the whole future under the same actions
+  (BALROG's doesn't); the game is otherwise crafter's, step for step (:mod:`verlog.envs.crafter_world`).
 * **No hidden step at reset.** BALROG runs one ``noop`` inside ``reset`` only to get crafter's ``info``; we
   build the same fields from the fresh world, so the first observation is crafter's step 0 and
   ``max_steps`` counts exactly the agent's actions. (BALROG's world is one tick further along: creatures have
@@ -34,14 +26,14 @@ The game is :class:`crafter.Env` itself with BALROG's settings (64×64 world, 9�
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-import crafter
 import numpy as np
 from crafter import constants
 
 from verlog.envs.base import TextEnv
+from verlog.envs.crafter_world import HeadlessCrafter
 
 __all__ = ["ACHIEVEMENTS", "ACTIONS", "CrafterTextEnv"]
 
@@ -201,45 +193,6 @@ def _achievement_rewards(rewards: Mapping[str, float] | None) -> dict[str, float
     return {name: float(value) for name, value in rewards.items()}
 
 
-class _HeadlessCrafter(crafter.Env):
-    """``crafter.Env`` that never draws its observation image (see the module docstring)."""
-
-    def __init__(self) -> None:
-        # seed=0: crafter would otherwise draw one from the global numpy RNG; each reset sets it anyway.
-        # length=None: the episode limit is the text env's max_steps, reported as a truncation.
-        super().__init__(area=(64, 64), view=(9, 9), size=(256, 256), reward=True, length=None, seed=0)
-        unit = self._size // self._view
-        self._noise_shape = tuple(int(n) for n in self._local_view._grid * unit)
-
-    def start(self, world_seed: int) -> None:
-        """Start the episode that ``crafter.Env(seed=world_seed).reset()`` would start."""
-        self._seed = world_seed
-        self._episode = 0
-        self.reset()
-
-    def _balance_chunk(self, chunk: tuple[int, int, int, int], objs: Iterable[Any]) -> None:
-        # Crafter keeps each chunk's creatures in a set, ordered by memory address, and despawns
-        # ``creatures[random.randint(n)]``: which one goes differs between processes, copies and runs.
-        # Creation order (the index in the world's object list) makes the choice a function of the seed.
-        index = self._world._obj_map
-        super()._balance_chunk(chunk, sorted(objs, key=lambda obj: index[obj.pos[0], obj.pos[1]]))
-
-    def _obs(self) -> None:
-        # Crafter's night-time image noise draws from the world's random stream, which creatures use next:
-        # make the same draw so the world evolves exactly as with the image.
-        if self._world.daylight < 0.5:
-            self._world.random.uniform(32, 127, self._noise_shape)
-        return None
-
-    def image(self) -> np.ndarray:
-        """The image crafter would show now, drawn without touching the world's random stream."""
-        state = self._world.random.get_state()
-        try:
-            return self.render()
-        finally:
-            self._world.random.set_state(state)
-
-
 class CrafterTextEnv(TextEnv):
     """Crafter (BALROG settings) with text observations; progression = achievements unlocked / 22.
 
@@ -389,7 +342,7 @@ class CrafterTextEnv(TextEnv):
         self.achievement_rewards = _achievement_rewards(achievement_rewards)
         self._visited: set[tuple[int, int]] = set()
         self.world_seed: int | None = None
-        self._env = _HeadlessCrafter()
+        self._env = HeadlessCrafter()
         # Semantic id -> name: materials by crafter's name, creatures by class name (BALROG's names).
         names = ["unknown"] * 256
         for material, index in self._env._world._mat_ids.items():
