@@ -66,6 +66,8 @@ def settled_load(wait_s: float = 180.0, poll_s: float = 5.0) -> float:
     ``wait_s`` it gives up and returns the load as it is (the record then says the cores were not idle)."""
     deadline = time.monotonic() + wait_s
     load = os.getloadavg()[0]
+    if load >= IDLE_LOAD:  # say why nothing happens for a while
+        print(f"waiting up to {wait_s:.0f} s for the load ({load:.2f}) to fall under {IDLE_LOAD}", flush=True)
     while load >= IDLE_LOAD and time.monotonic() < deadline:
         time.sleep(poll_s)
         load = os.getloadavg()[0]

@@ -364,9 +364,9 @@ class CrafterTextEnv(TextEnv):
         return self._text(semantic), info
 
     def _apply(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        before = set(self._env._unlocked)
+        before = set(self._env._unlocked) if self.achievement_rewards else None  # no copy without shaping
         _, reward, _, crafter_info = self._env.step(_ACTION_INDEX[action])
-        if self.achievement_rewards and len(self._env._unlocked) > len(before):
+        if before is not None and len(self._env._unlocked) > len(before):
             # crafter pays +1 for a step that unlocks anything (once, however many); pay each its own reward.
             new = self._env._unlocked - before
             reward += sum(self.achievement_rewards.get(name, 1.0) for name in new) - 1.0
