@@ -245,6 +245,17 @@ def test_a_mix_judged_per_kind_is_one_row_a_kind_beside_verlogs_figures(
     data["seeds"][1]["tasks"]["goto"]["initial"] = block(0.2, 0.02)  # seeds that did differ show each
     (tmp_path / "mix.json").write_text(json.dumps(data))
     assert "10.0 ± 2.0 % (seed 1)<br>20.0 ± 2.0 % (seed 2)" in results.per_task("mix.json")
+    # README's one table: every game's kinds, each row named by its game, one note with each game's budget
+    (tmp_path / "other.json").write_text(json.dumps({**data, "task": {"kinds": ["goto"]}}))
+    readme = results.verlog_table([("BabyAI", "mix.json"), ("BabaIsAI", "other.json")]).splitlines()
+    assert [line.split(" | ")[0] for line in readme[2:5]] == [
+        "| BabyAI goto",
+        "| BabyAI putnext",
+        "| BabaIsAI goto",
+    ]
+    assert readme[-1].count("92,160 turns in 40.0 min (seed 1)") == 2 and readme[-1].startswith(
+        "Each kind: 128"
+    )
 
 
 def test_the_tiny_demo_reports_its_held_out_gain_as_every_demonstration_does() -> None:

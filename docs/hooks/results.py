@@ -728,14 +728,9 @@ def _same_or_each(cells: list[tuple[Any, str]]) -> str:
     return "<br>".join(f"{text} (seed {seed})" for seed, text in cells)
 
 
-def per_task(name: str) -> str:
-    """A mix judged per task kind (``benchmarks/demos/learn.py`` on a mixed env), shaped like Verlog's table:
-    one row per kind with random's, the untrained model's and each seed's trained success on that kind's
-    held-out episodes, how many seeds passed it, and Verlog's own before -> after beside it; then what was
-    played, the rule, and why Verlog's figures are a reference only. Not in :data:`RENDERERS` until its
-    results file exists (``learn_babyai_mix.json``, ``learn_babaisai_mix.json``, registered as ``babyai_mix`` and
-    ``babaisai_mix``): every registered table must render from the files."""
-    data = load(name)
+def _kind_rows(data: Mapping[str, Any]) -> list[list[str]]:
+    """One row a kind of a mix's results: the kind, random's, the untrained model's and each seed's trained
+    success, the seeds that passed it, and Verlog's own before -> after where it reports one."""
     entries = seeds(data)
     kinds = list(
         data.get("task", {}).get("kinds") or dict.fromkeys(k for e in entries for k in e.get("tasks", {}))
@@ -752,15 +747,48 @@ def per_task(name: str) -> str:
             f"{sum(1 for _, t in played if t.get('verdict', {}).get('passed') is True)} of {len(played)}",
             f"{reference[0] * 100:.0f} → {reference[1] * 100:.0f} %" if reference else "",
         ])  # fmt: skip
-    header = ["task", "random", "before", "after", "seeds passed", "Verlog, Qwen2.5-3B (before → after)"]
-    played_on = (
+    return rows
+
+
+def _played_on(data: Mapping[str, Any]) -> str:
+    """The sentence that says what each kind's figures were played on and the rule a seed passes by."""
+    if "episodes" not in data or "eval_seed" not in data:
+        return ""
+    return (
         f"Each kind: {data['episodes']} held-out episodes (seeds from {data['eval_seed']:,}) played by random, the "
         f"untrained and each seed's trained model; a seed passes a kind when its trained model beats both by "
         f"{data.get('z_required', 3):g} SE of the difference. "
-        if "episodes" in data and "eval_seed" in data
-        else ""
     )  # fmt: skip
-    return table(header, rows) + f"\n\n{played_on}{_trained_as(entries)} {VERLOG_SETTING}"
+
+
+KIND_HEADER = ["task", "random", "before", "after", "seeds passed", "Verlog, Qwen2.5-3B (before → after)"]
+
+
+def per_task(name: str) -> str:
+    """A mix judged per task kind (``benchmarks/demos/learn.py`` on a mixed env), shaped like Verlog's table:
+    one row per kind (:func:`_kind_rows`), then what was played, the rule, and why Verlog's figures are a
+    reference only. Not in :data:`RENDERERS` until its results file exists (``learn_babyai_mix.json``,
+    ``learn_babaisai_mix.json``, registered as ``babyai_mix`` and ``babaisai_mix``): every registered table must
+    render from the files."""
+    data = load(name)
+    note = f"{_played_on(data)}{_trained_as(seeds(data))} {VERLOG_SETTING}"
+    return table(KIND_HEADER, _kind_rows(data)) + f"\n\n{note}"
+
+
+#: The mixes README's table shows, one model per game: (game, results file).
+MIXES: list[tuple[str, str]] = [("BabyAI", "learn_babyai_mix.json"), ("BabaIsAI", "learn_babaisai_mix.json")]
+
+
+def verlog_table(mixes: Iterable[tuple[str, str]] = MIXES) -> str:
+    """Every mix's kinds in one table shaped like Verlog's (README's: one table, one note, where
+    :func:`per_task` gives each game its own on the results page)."""
+    rows, budgets, played_on = [], [], ""
+    for game, name in mixes:
+        data = load(name)
+        rows += [[f"{game} {row[0]}", *row[1:]] for row in _kind_rows(data)]
+        budgets.append(f"{game}: {_trained_as(seeds(data)).removeprefix('Here: ')}")
+        played_on = played_on or _played_on(data)
+    return table(KIND_HEADER, rows) + f"\n\n{played_on}{' '.join(budgets)} {VERLOG_SETTING}"
 
 
 def _trained_as(entries: list[dict[str, Any]]) -> str:
@@ -1014,6 +1042,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "crafter_levers_achievements": lambda: crafter_achievements("learn_crafter_levers.json"),
     "babyai_mix": lambda: per_task("learn_babyai_mix.json"),
     "babaisai_mix": lambda: per_task("learn_babaisai_mix.json"),
+    "verlog_table": verlog_table,
 }
 
 
