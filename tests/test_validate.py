@@ -12,6 +12,7 @@ import pytest
 from toy_env import TOY_ID
 
 from verlog.config import ConfigError, load_config
+from verlog.runkit.folder import discard_if_refused
 from verlog.runkit.validate import validate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -94,6 +95,26 @@ def test_the_script_stops_with_one_line_before_loading_anything(tmp_path: Path, 
         f"{run} has no complete checkpoint to resume from"
     )
     assert sorted(p.name for p in run.iterdir()) == ["config.toml"]
+
+
+def test_a_start_refused_after_the_folder_was_made_leaves_no_folder_to_take_the_next_number(
+    tmp_path: Path,
+) -> None:
+    """The constraint is checked as the learner loads, after the run folder exists: refused there, the folder
+    goes (nothing was written in it), so the run started again after the fix is ``tiny-0001`` again."""
+    out = tmp_path / "runs"
+    args = ["--config", "envs/tiny.toml", f"run.output_dir={out}", "sampling.constrain=actions"]
+    done = subprocess.run(
+        [sys.executable, "agents/ppo.py", *args, "prompt.max_response_tokens=1"],
+        cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1"}, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode != 0 and "fix: raise it to" in done.stderr, done.stderr
+    assert not any(out.iterdir())
+    (out / "tiny-0001").mkdir()  # a folder with something in it stays
+    (out / "tiny-0001" / "console.log").write_text("a start that got further\n")
+    with pytest.raises(RuntimeError), discard_if_refused(out / "tiny-0001"):
+        raise RuntimeError("refused")
+    assert (out / "tiny-0001" / "console.log").is_file()
 
 
 def test_every_problem_of_a_config_is_reported_at_once_each_with_its_fix() -> None:

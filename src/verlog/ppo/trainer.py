@@ -45,7 +45,7 @@ from verlog.runkit.distributed import (
     sum_over_processes,
 )
 from verlog.runkit.faults import Diverged, Guard
-from verlog.runkit.folder import CONFIG_FILE, latest_checkpoint, mark_best, new_run_dir
+from verlog.runkit.folder import CONFIG_FILE, discard_if_refused, latest_checkpoint, mark_best, new_run_dir
 from verlog.runkit.logger import RunLogger, flat_hyperparameters, tracker_init_kwargs
 from verlog.runkit.samples import SampleWriter, decoded_samples, pick_turns
 from verlog.runkit.stop import EarlyStop
@@ -66,16 +66,17 @@ class Trainer:
             torch.set_num_threads(config.run.torch_threads)
         lora = lora_spec(config.model)
         self._start_processes(resume, lora)
-        self.learner: Learner = load_learner(config, self.dist, lora)  # the models, sampler, constraint
-        prompts = self._assemble()
-        if resume is None:
-            observations, infos = self.envs.reset()
-            self.storage.reset_first(
-                self.rollout.first_prompts(observations, infos), self.rollout.actions(infos)
-            )
-        else:
-            self.checkpoints.resume()  # last: it restores the RNG states
-        self._open_run(self.learner.backend, self.learner.backend_reason, prompts)
+        with discard_if_refused(self.run_dir, resume is None and self.accelerator.is_main_process):
+            self.learner: Learner = load_learner(config, self.dist, lora)  # the models, sampler, constraint
+            prompts = self._assemble()
+            if resume is None:
+                observations, infos = self.envs.reset()
+                self.storage.reset_first(
+                    self.rollout.first_prompts(observations, infos), self.rollout.actions(infos)
+                )
+            else:
+                self.checkpoints.resume()  # last: it restores the RNG states
+            self._open_run(self.learner.backend, self.learner.backend_reason, prompts)
 
     def _start_processes(self, resume: str | Path | None, lora: LoraSpec | None) -> None:
         """The processes, the sizes that follow from their number, the run folder and the accelerators."""

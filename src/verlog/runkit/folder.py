@@ -16,9 +16,12 @@ module. No torch here: the report and ``verlog eval`` of a baseline import it wi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 __all__ = [
@@ -31,6 +34,7 @@ __all__ = [
     "best_checkpoint",
     "checkpoint_dir",
     "checkpoint_name",
+    "discard_if_refused",
     "is_checkpoint_name",
     "is_run_dir",
     "latest_checkpoint",
@@ -114,6 +118,20 @@ def new_run_dir(output_dir: str | Path, name: str) -> Path:
             return path
         except FileExistsError:
             number += 1
+
+
+@contextlib.contextmanager
+def discard_if_refused(run_dir: str | Path, new: bool = True) -> Iterator[None]:
+    """Around a run's start: when it raises, a ``new`` run folder with nothing written in it yet (its log
+    still empty) is removed, so the run started again after the fix takes the same number; a folder with
+    anything in it stays, and the error goes on."""
+    try:
+        yield
+    except BaseException:
+        path = Path(run_dir)
+        if new and path.is_dir() and not any(p.is_dir() or p.stat().st_size for p in path.iterdir()):
+            shutil.rmtree(path)
+        raise
 
 
 def resolve_run(path: str | os.PathLike[str]) -> Path:
