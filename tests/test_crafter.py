@@ -16,7 +16,7 @@ from gymnasium.utils.env_checker import check_env
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 import verlog  # noqa: F401  (registers the ids)
-from verlog.envs.crafter import ACHIEVEMENTS, ACTIONS, CrafterTextEnv
+from verlog.envs.crafter import ACHIEVEMENTS, ACTIONS, POTENTIAL_CAP, CrafterTextEnv
 
 VITALS = ("health", "food", "drink", "energy")
 LINE = re.compile(
@@ -431,6 +431,36 @@ def test_achievement_rewards_replace_crafters_plus_one_and_leave_the_game_alone(
             assert reward == pytest.approx(twin_reward)
     with pytest.raises(ValueError, match="collect_wod.*not Crafter achievements"):
         make(achievement_rewards={"collect_wod": 2.0})
+
+
+def test_inventory_potential_pays_each_unit_as_it_comes_and_takes_it_back_at_death() -> None:
+    """A wood pays its weight the step it comes (crafter pays only the first; a table needs two, a pickaxe a
+    third); units past the cap pay nothing; death pays the worth back (the dead hold nothing)."""
+    env, twin = make(inventory_potential={"wood": 0.5}), make()
+    env.reset(seed=3)
+    twin.reset(seed=3)
+    for step, action in enumerate(["Move South", "Move West", "Move West", "Move West", "Do", "Noop"]):
+        text, reward, *_, info = env.step(action)
+        twin_text, twin_reward, *_ = twin.step(action)
+        assert text == twin_text  # the shaping changes the reward, never the game
+        assert reward == pytest.approx(twin_reward + 0.5 * (step == 4))  # the fifth action collects wood
+    assert info["inventory"]["wood"] == 1
+    for game in (
+        env,
+        twin,
+    ):  # the same walk again, now holding the cap already: that wood pays crafter's alone
+        game.reset(seed=3)
+        game.unwrapped._env._player.inventory["wood"] = POTENTIAL_CAP
+    for action in ["Move South", "Move West", "Move West", "Move West", "Do"]:
+        _, reward, *_, info = env.step(action)
+        assert reward == pytest.approx(twin.step(action)[1])
+    assert info["inventory"]["wood"] == POTENTIAL_CAP + 1
+    for game in (env, twin):
+        game.unwrapped._env._player.health = 0  # dead on the next step
+    _, reward, terminated, *_ = env.step("Noop")
+    assert terminated and reward == pytest.approx(twin.step("Noop")[1] - 0.5 * POTENTIAL_CAP)
+    with pytest.raises(ValueError, match=r"\['wod'\].*not Crafter items"):
+        make(inventory_potential={"wod": 1.0})
 
 
 def test_synonyms_and_strict_parsing() -> None:

@@ -182,15 +182,21 @@ def _instruction_text() -> str:
     )
 
 
-def _achievement_rewards(rewards: Mapping[str, float] | None) -> dict[str, float]:
-    """``rewards`` checked against crafter's achievement names (a misspelt one would silently pay +1)."""
-    rewards = dict(rewards or {})
-    unknown = sorted(set(rewards) - set(ACHIEVEMENTS))
+#: Units of an item that count toward :class:`CrafterTextEnv`'s ``inventory_potential`` (a hoard is worth no more).
+POTENTIAL_CAP = 5
+#: The items an ``inventory_potential`` may weigh: the inventory but the vitals.
+ITEMS = tuple(name for name in constants.items if name not in _VITALS)
+
+
+def _weights(
+    option: str, weights: Mapping[str, float] | None, known: Sequence[str], kind: str
+) -> dict[str, float]:
+    """A shaping option's ``weights`` checked against the names it may use (a misspelt one would pay nothing)."""
+    weights = dict(weights or {})
+    unknown = sorted(set(weights) - set(known))
     if unknown:
-        raise ValueError(
-            f"achievement_rewards names {unknown}, which are not Crafter achievements; use some of {list(ACHIEVEMENTS)}"
-        )
-    return {name: float(value) for name, value in rewards.items()}
+        raise ValueError(f"{option} names {unknown}, which are not Crafter {kind}; use some of {list(known)}")
+    return {name: float(value) for name, value in weights.items()}
 
 
 class CrafterTextEnv(TextEnv):
@@ -206,6 +212,10 @@ class CrafterTextEnv(TextEnv):
         achievement_rewards: training shaping, breadth: the reward for each named achievement's first unlock in an
             episode, in place of crafter's +1 (unnamed ones keep +1); e.g. less for the sapling-plant-sleep
             routine and more for the tech tree. The judged reward is crafter's own: leave it out there.
+        inventory_potential: training shaping, the tech tree's unpaid steps (the second and third wood a table
+            and a pickaxe need): each unit held of a named item, up to :data:`POTENTIAL_CAP`, is worth its weight;
+            a step pays the change in that worth and death pays it back (the dead hold nothing), so over an
+            episode that ends in death it adds nothing, only pays sooner. Judge without it.
         invalid_action_penalty, invalid_action_feedback, strict_parsing, render_mode, invalid_action_fallback,
             offered_actions: see :class:`~verlog.envs.base.TextEnv`; ``render_mode`` may also be ``"rgb_array"`` (crafter's image).
 
@@ -317,6 +327,7 @@ class CrafterTextEnv(TextEnv):
         describe_daylight: bool = False,
         novelty_bonus: float = 0.0,
         achievement_rewards: Mapping[str, float] | None = None,
+        inventory_potential: Mapping[str, float] | None = None,
         invalid_action_penalty: float = 0.0,
         invalid_action_feedback: bool = True,
         strict_parsing: bool = False,
@@ -339,7 +350,10 @@ class CrafterTextEnv(TextEnv):
         self.precise_location = bool(precise_location)
         self.describe_daylight = bool(describe_daylight)
         self.novelty_bonus = float(novelty_bonus)
-        self.achievement_rewards = _achievement_rewards(achievement_rewards)
+        self.achievement_rewards = _weights(
+            "achievement_rewards", achievement_rewards, ACHIEVEMENTS, "achievements"
+        )
+        self.inventory_potential = _weights("inventory_potential", inventory_potential, ITEMS, "items")
         self._visited: set[tuple[int, int]] = set()
         self.world_seed: int | None = None
         self._env = HeadlessCrafter()
@@ -365,12 +379,14 @@ class CrafterTextEnv(TextEnv):
 
     def _apply(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         before = set(self._env._unlocked) if self.achievement_rewards else None  # no copy without shaping
+        worth = self._worth()
         _, reward, _, crafter_info = self._env.step(_ACTION_INDEX[action])
         if before is not None and len(self._env._unlocked) > len(before):
             # crafter pays +1 for a step that unlocks anything (once, however many); pay each its own reward.
             new = self._env._unlocked - before
             reward += sum(self.achievement_rewards.get(name, 1.0) for name in new) - 1.0
         terminated = self._env._player.health <= 0
+        reward += (0.0 if terminated else self._worth()) - worth
         truncated = not terminated and self._env._step >= self.max_steps
         semantic = crafter_info["semantic"]
         cell = tuple(int(v) for v in self._env._player.pos)
@@ -383,6 +399,11 @@ class CrafterTextEnv(TextEnv):
             truncated,
             self._game_info(semantic, crafter_info["reward"]),
         )
+
+    def _worth(self) -> float:
+        """The inventory's worth under ``inventory_potential`` (0 without it)."""
+        held = self._env._player.inventory
+        return sum(w * min(held[name], POTENTIAL_CAP) for name, w in self.inventory_potential.items())
 
     def _instruction(self) -> str:
         return self._instruction_cache
