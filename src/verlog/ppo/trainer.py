@@ -22,7 +22,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import psutil  # accelerate's dependency
 import torch
 
 from verlog.config import Config
@@ -47,6 +46,7 @@ from verlog.runkit.distributed import (
 from verlog.runkit.faults import Diverged, Guard
 from verlog.runkit.folder import CONFIG_FILE, discard_if_refused, latest_checkpoint, mark_best, new_run_dir
 from verlog.runkit.logger import RunLogger, flat_hyperparameters, tracker_init_kwargs
+from verlog.runkit.memory import resident_mb
 from verlog.runkit.samples import SampleWriter, decoded_samples, pick_turns
 from verlog.runkit.stop import EarlyStop
 from verlog.runkit.watchdog import Watchdog
@@ -355,7 +355,7 @@ class Trainer:
         metrics["charts/tokens_per_s"] = metrics["charts/generated_tokens"] / elapsed
         metrics["charts/temperature"] = cfg.sampling.temperature
         # Resident memory: a long run's should stay flat (histories, storage, resets and logging must not grow).
-        metrics["sys/rss_mb"] = psutil.Process().memory_info().rss / 2**20
+        metrics["sys/rss_mb"] = resident_mb()  # the C heap's freed pages handed back first
         return self._mean_over_processes(metrics, self.rollout.episode_counts)
 
     def warmup_critic(self) -> None:
