@@ -379,14 +379,15 @@ class CrafterTextEnv(TextEnv):
 
     def _apply(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         before = set(self._env._unlocked) if self.achievement_rewards else None  # no copy without shaping
-        worth = self._worth()
+        worth = self._worth() if self.inventory_potential else 0.0  # no inventory walk without shaping
         _, reward, _, crafter_info = self._env.step(_ACTION_INDEX[action])
         if before is not None and len(self._env._unlocked) > len(before):
             # crafter pays +1 for a step that unlocks anything (once, however many); pay each its own reward.
             new = self._env._unlocked - before
             reward += sum(self.achievement_rewards.get(name, 1.0) for name in new) - 1.0
         terminated = self._env._player.health <= 0
-        reward += (0.0 if terminated else self._worth()) - worth
+        if self.inventory_potential:
+            reward += (0.0 if terminated else self._worth()) - worth
         truncated = not terminated and self._env._step >= self.max_steps
         semantic = crafter_info["semantic"]
         cell = tuple(int(v) for v in self._env._player.pos)
