@@ -1004,6 +1004,49 @@ def rollout_smollm2() -> str:
     return table(["sampler", "turns/s", "new tokens/s", "ms generating per turn"], rows)
 
 
+def gpu_check(name: str = "gpu.json") -> str:
+    """The prepared GPU check's figures (``nox -s gpu_check``): one row per measured leg, then what was skipped."""
+    data = load(name)
+    device, versions = data["device"], data["versions"]
+    rows = []
+    for leg in data["legs"]:
+        split = leg.get("time_per_update")
+        if split is None:  # a model build, the GPU tests, a skipped leg: said below the table
+            continue
+        other = split["other_s"] + split["env_s"] + split["prompt_s"]
+        peak, mfu = leg.get("peak_gpu_memory_gib"), leg.get("mfu")
+        rows.append(
+            [leg["name"], f"{leg['actor_params'] / 1e6:,.{1 if leg['actor_params'] < 1e7 else 0}f}M", f"{leg['turns_per_s']:.2f}",
+             f"{leg['generated_tokens_per_s']:,.0f}",
+             f"{split['sampling_s']:.1f} / {split['scoring_s']:.1f} / {split['update_s']:.1f} / {other:.2f}",
+             "-" if peak is None else f"{peak:.1f}", "-" if mfu is None else f"{100 * mfu:.1f} %"]
+        )  # fmt: skip
+    notes = []
+    for leg in data["legs"]:
+        if leg["name"] == "tests":
+            notes.append(f"GPU tests: {leg['tests_passed']} passed, {leg['tests_failed']} failed")
+        elif "skipped" in leg or "failed" in leg:
+            notes.append(
+                f"{leg['name']} {'skipped' if 'skipped' in leg else 'FAILED'} ({leg.get('skipped') or leg['failed']})"
+            )
+    sizes = ", ".join(data["plan"]["sizes"][:3])
+    head = (
+        f"{device['name']}, {data['date'][:10]}, torch {versions['torch']}, transformers {versions['transformers']}, "
+        f"commit {versions['verlog_commit']}; {sizes}, answers up to {_response_cap(data)} tokens, random weights, "
+        "transformers sampler. Seconds per update: sampling / scoring / update / env + prompts."
+    )
+    body = table(["leg", "params", "turns/s", "gen tok/s", "s per update", "peak GiB", "MFU"], rows)
+    return body + "\n\n" + head + " " + "; ".join(notes) + "."
+
+
+def _response_cap(data: Mapping[str, Any]) -> str:
+    """The check's ``prompt.max_response_tokens``, read from its size overrides."""
+    for item in data["plan"]["sizes"]:
+        if item.startswith("prompt.max_response_tokens="):
+            return item.split("=", 1)[1]
+    return "?"
+
+
 RENDERERS: dict[str, Callable[[], str]] = {
     "headline": headline,
     "demonstrations": lambda: demonstrations(DEMONSTRATIONS),
@@ -1043,6 +1086,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "babyai_mix": lambda: per_task("learn_babyai_mix.json"),
     "babaisai_mix": lambda: per_task("learn_babaisai_mix.json"),
     "verlog_table": verlog_table,
+    "gpu_check": gpu_check,
 }
 
 
