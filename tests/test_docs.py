@@ -82,7 +82,7 @@ def test_every_preset_is_in_readme_and_on_the_presets_page() -> None:
 #: Renderers that write sentences, not a table.
 READINGS = ("crafter_reading", "crafter_reading_free")
 #: Renderers that write one sentence with its figures.
-SENTENCES = ("crafter_speed",)
+SENTENCES = ("crafter_speed", "gpu_check_summary")
 
 
 def test_every_results_table_renders_from_the_files() -> None:
@@ -91,7 +91,7 @@ def test_every_results_table_renders_from_the_files() -> None:
         if name in READINGS:  # a list of sentences read off a table, one per row
             assert table.startswith("- ") and table.count("\n") >= 1, name
         elif name in SENTENCES:
-            assert "\n" not in table and table.endswith(").") and "turns/s" in table, name
+            assert "\n" not in table and table.endswith(".") and "turns/s" in table, name
         else:
             assert table.startswith("| ") and table.count("\n") >= 2, name
     with pytest.raises(KeyError, match="no results table named"):

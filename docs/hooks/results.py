@@ -1039,6 +1039,29 @@ def gpu_check(name: str = "gpu.json") -> str:
     return body + "\n\n" + head + " " + "; ".join(notes) + "."
 
 
+def gpu_check_summary(name: str = "gpu.json") -> str:
+    """The GPU check's real-shape legs in one paragraph (README); :func:`gpu_check` has every leg."""
+    data = load(name)
+    parts = []
+    for leg in data["legs"]:
+        split = leg.get("time_per_update")
+        if split is None or leg["shape"] == "tiny":
+            continue
+        peak, mfu = leg.get("peak_gpu_memory_gib"), leg.get("mfu")
+        memory = "" if peak is None else f", {peak:.0f} GiB"
+        use = "" if mfu is None else f", MFU {100 * mfu:.0f} %"
+        share = 100 * split["sampling_s"] / split["total_s"]
+        parts.append(f"{leg['name']}: {leg['turns_per_s']:.2f} turns/s{memory}{use}, sampling {share:.0f} %")
+    skipped = [leg["name"] for leg in data["legs"] if "skipped" in leg]
+    tests = next((leg for leg in data["legs"] if leg["name"] == "tests"), None)
+    tail = f" Skipped: {'; '.join(skipped)}." if skipped else ""
+    tested = f" GPU tests: {tests['tests_passed']} passed, {tests['tests_failed']} failed." if tests else ""
+    return (
+        f"Last run: {data['device']['name']}, {data['date'][:10]}, random weights, transformers sampler, "
+        f"answers of up to {_response_cap(data)} tokens. {'; '.join(parts)}.{tail}{tested}"
+    )
+
+
 def _response_cap(data: Mapping[str, Any]) -> str:
     """The check's ``prompt.max_response_tokens``, read from its size overrides."""
     for item in data["plan"]["sizes"]:
@@ -1087,6 +1110,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "babaisai_mix": lambda: per_task("learn_babaisai_mix.json"),
     "verlog_table": verlog_table,
     "gpu_check": gpu_check,
+    "gpu_check_summary": gpu_check_summary,
 }
 
 
