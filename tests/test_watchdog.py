@@ -183,6 +183,21 @@ def test_the_actor_rate_follows_its_milestones_and_a_rollback_scales_the_schedul
     assert math.isclose(trainer.actor_lr_now(), 5e-5)
 
 
+def test_the_entropy_bonus_anneals_linearly_and_the_loss_uses_the_scheduled_value(tmp_path: Path) -> None:
+    """``ppo.entropy_anneal_updates``: the bonus goes from ``entropy_coef`` to ``entropy_coef_final`` over that
+    many updates, then stays; each update's loss takes the value its update number calls for."""
+    trainer = _tiny(
+        tmp_path, "ppo.entropy_coef=0.1", "ppo.entropy_coef_final=0.02", "ppo.entropy_anneal_updates=2",
+        "run.total_updates=4",
+    )  # fmt: skip
+    trainer.train()
+    used = [r["charts/entropy_coef"] for r in _rows(trainer.run_dir) if "charts/entropy_coef" in r]
+    assert used == pytest.approx([0.1, 0.06, 0.02, 0.02])
+    assert (
+        trainer.config.ppo.entropy_coef == 0.1
+    )  # the config itself is not rewritten: a resume reads it again
+
+
 def test_a_healthy_run_never_rolls_back_and_the_panel_keeps_its_best(tmp_path: Path) -> None:
     trainer = _tiny(
         tmp_path, "run.total_updates=4", "run.checkpoint_every=1", "run.keep_checkpoints=1", "run.eval_every=2",

@@ -259,7 +259,11 @@ class PPOConfig:
     dual_clip: float = 3.0
     """Dual clip c for negative advantages: the token loss is at most -c*A (0 = off)."""
     entropy_coef: float = 1e-3
-    """Entropy bonus coefficient."""
+    """Entropy bonus coefficient (at the start, with ``entropy_anneal_updates``)."""
+    entropy_coef_final: float = 0.0
+    """The entropy bonus once ``entropy_anneal_updates`` updates are done: explore early, then let the policy sharpen."""
+    entropy_anneal_updates: int = 0
+    """Updates over which the entropy bonus goes linearly from ``entropy_coef`` to ``entropy_coef_final`` (0 = constant ``entropy_coef``)."""
     value_clip: float = 0.5
     """Value clipping range around the rollout values."""
     first_value_weight: float = 3.0
@@ -292,6 +296,14 @@ class PPOConfig:
     """Stop the run (before saving) when a weight's magnitude exceeds this after an update: divergence (0 = off)."""
     max_skipped_updates: int = 3
     """Stop the run after this many updates in a row whose every optimiser step was skipped (0 = never)."""
+
+    def entropy_coef_after(self, updates: int) -> float:
+        """The entropy bonus of the update after ``updates`` are done: a function of the update count, as the
+        learning rate's schedule, so a resumed or rolled-back run gets the same bonus."""
+        if self.entropy_anneal_updates <= 0:
+            return self.entropy_coef
+        done = min(updates, self.entropy_anneal_updates) / self.entropy_anneal_updates
+        return self.entropy_coef + done * (self.entropy_coef_final - self.entropy_coef)
 
     def actor_lr_after(self, updates: int) -> float:
         """The scheduled actor learning rate once ``updates`` updates are done (rollbacks aside): a function of

@@ -449,9 +449,8 @@ class Trainer:
         if self.samples is None:
             return
         picked = pick_turns(turns, self.config.run.samples_per_family, self.sample_rng)
-        records = decoded_samples(
-            picked, self.learner.tokenizer.decode, update=self.update, global_step=self.global_step
-        )
+        decode = self.learner.tokenizer.decode
+        records = decoded_samples(picked, decode, update=self.update, global_step=self.global_step)
         self.samples.write_many(records)
         self.logger.log_samples(records, step=self.global_step)
 
@@ -485,6 +484,7 @@ class Trainer:
             temperature=self.config.sampling.temperature,
             train_actor=train_actor,
             limit=limit,
+            entropy_coef=self.config.ppo.entropy_coef_after(self.update),
         )
 
     def _batch_turns(self) -> int:

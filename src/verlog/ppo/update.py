@@ -25,6 +25,7 @@ shared non-finite decision turns that backward's gradients into NaN and DeepSpee
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -104,6 +105,7 @@ def ppo_update(
     train_actor: bool = True,
     limit: int | None = None,
     critic_accelerator: Any = None,
+    entropy_coef: float | None = None,
 ) -> dict[str, float]:
     """Run ``config.epochs`` passes of minibatch steps over the storage, training ``models``' actor and critic
     with their optimisers; return the metrics.
@@ -111,8 +113,11 @@ def ppo_update(
     ``accelerator`` prepared the actor, ``critic_accelerator`` the critic (the same one unless DeepSpeed,
     which needs one per model). ``train_actor=False`` trains the critic alone (critic pre-training);
     ``limit`` trains on a random subset of that many turns; each epoch cuts the turns into
-    ``num_minibatches`` minibatches (one optimiser step each).
+    ``num_minibatches`` minibatches (one optimiser step each). ``entropy_coef`` replaces the config's for this
+    update (the schedule's value, :meth:`PPOConfig.entropy_coef_after`).
     """
+    if entropy_coef is not None:
+        config = dataclasses.replace(config, entropy_coef=entropy_coef)
     accelerators = _Accelerators(accelerator, critic_accelerator or accelerator)
     actor, critic = models.actor, models.critic
     actor_optimizer, critic_optimizer = models.actor_optimizer, models.critic_optimizer
@@ -164,6 +169,8 @@ def ppo_update(
         model.eval()
     for key, value in sums.items():
         metrics[key] = value / steps if key.endswith("grad_norm") else value / max(tokens, 1.0)
+    if train_actor:
+        metrics["charts/entropy_coef"] = config.entropy_coef
     metrics["losses/skipped_steps"] = float(skipped)
     metrics["losses/optimizer_steps"] = float(steps)
     return metrics

@@ -93,6 +93,11 @@ def _numbers(config: Config) -> Iterator[str]:
         value = getattr(ppo, key)
         if math.isfinite(value) and not value > 0:
             yield f"ppo.{key} must be > 0, got {value}"
+    if ppo.entropy_anneal_updates < 0 or ppo.entropy_coef_final < 0:
+        yield (
+            "ppo.entropy_anneal_updates and ppo.entropy_coef_final must be >= 0, got "
+            f"{ppo.entropy_anneal_updates} and {ppo.entropy_coef_final}"
+        )
     milestones = ppo.actor_lr_milestones
     if any(m < 1 for m in milestones) or list(milestones) != sorted(set(milestones)):
         yield f"ppo.actor_lr_milestones must be increasing update numbers >= 1, got {list(milestones)}"
