@@ -88,6 +88,12 @@ def bench_prefix_update(session: nox.Session) -> None:
 
 
 @nox.session
+def bench_pad_shapes(session: nox.Session) -> None:
+    """Resident memory and time when every batch takes a new shape, and with prompts padded to a multiple of 16."""
+    session.run("python", "-m", "benchmarks.speed.pad_shapes", *session.posargs)
+
+
+@nox.session
 def bench_prefix_cache(session: nox.Session) -> None:
     """vLLM generation time with its prefix cache off and on, on a preset's own prompts (SmolLM2 on Crafter)."""
     session.run("python", "-m", "benchmarks.speed.prefix_cache", *session.posargs)

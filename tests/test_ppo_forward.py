@@ -146,6 +146,28 @@ def test_a_prefix_every_row_shares_runs_once_with_the_same_scores_and_gradients(
     models.critic.zero_grad()
 
 
+@pytest.mark.parametrize("share_prefix", [False, True])
+def test_prompts_padded_to_a_multiple_score_as_padded_to_the_longest(models, share_prefix: bool) -> None:
+    """``ppo.pad_to_multiple``: extra left padding (masked) changes no log-prob, entropy or value, only the shape."""
+    head = list(range(5, 25))
+    prompts = [head + [30, 31, 32], head + [33], head + [34, 35, 36, 37, 38]]
+    responses = [[40, 41, 42], [43], [44, 45]]
+    pad = models.tokenizer.pad_token_id
+    plain = collate(prompts, responses, pad, share_prefix)
+    padded = collate(prompts, responses, pad, share_prefix, pad_multiple=16)
+    assert padded.prompt_len % 16 == 0 and padded.prompt_len > plain.prompt_len
+    assert padded.response_len == plain.response_len
+    with torch.no_grad():
+        for model_out in (
+            lambda b: actor_logprobs(models.actor, b, temperature=0.8, with_entropy=True),
+            lambda b: (critic_values(models.critic, b),),
+        ):
+            for a, b in zip(model_out(plain), model_out(padded), strict=True):
+                torch.testing.assert_close(a * plain.response_mask if a.shape == plain.response_mask.shape else a,
+                                           b * padded.response_mask if b.shape == padded.response_mask.shape else b,
+                                           atol=1e-5, rtol=0)  # fmt: skip
+
+
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_answers_sharing_a_prompt_score_as_they_do_alone(models, temperature: float) -> None:
     """A played turn and its branches repeat one prompt: running it once gives every answer its own log-probs."""

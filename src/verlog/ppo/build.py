@@ -257,6 +257,7 @@ def make_batches(
             envs, sampler, prompts, binary_reward=env.binary_reward, env_id=env.id, calibration=calibration
         )
         storage = TurnStorage(config.ppo.turns_per_update, env.num_envs, prompt.max_response_tokens, pad_id)
+        storage.pad_multiple = config.ppo.pad_to_multiple
         return rollout, storage
     groups = env.num_envs // algo.group_size
     width = branch_width(envs.envs) if algo.branch_actions else 0  # B: branch columns per env
@@ -275,4 +276,5 @@ def make_batches(
     storage = GroupStorage(
         algo.max_episode_turns, env.num_envs, prompt.max_response_tokens, pad_id, branch_width=width
     )
+    storage.pad_multiple = config.ppo.pad_to_multiple
     return group_rollout, storage

@@ -92,11 +92,13 @@ def collate(
     responses: Sequence[Sequence[int]],
     pad_id: int,
     share_prefix: bool = False,
+    pad_multiple: int = 1,
 ) -> Batch:
     """Pack rows as left-padded prompt + right-padded response; an empty response scores the prompt only.
 
     ``share_prefix``: the tokens all prompts start with (the instruction, the worked examples) go into
-    ``prefix_ids``, run once, and the rows keep the rest (when at least :data:`MIN_SHARED_PREFIX` are shared)."""
+    ``prefix_ids``, run once, and the rows keep the rest (when at least :data:`MIN_SHARED_PREFIX` are shared).
+    ``pad_multiple``: the prompt part is padded to a multiple of this many columns, so batches take few shapes."""
     from verlog.sampling.base import shared_prefix_length
 
     shared = shared_prefix_length(prompts) if share_prefix else 0
@@ -106,6 +108,7 @@ def collate(
     prompts = [p[shared:] for p in prompts]
     rows = len(prompts)
     p_len = max(len(p) for p in prompts)
+    p_len = -(-p_len // pad_multiple) * pad_multiple
     r_len = max((len(r) for r in responses), default=0)
     input_ids = torch.full((rows, p_len + r_len), pad_id, dtype=torch.long)
     attention_mask = torch.zeros((rows, p_len + r_len), dtype=torch.long)

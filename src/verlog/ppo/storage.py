@@ -92,6 +92,8 @@ class TurnStorage:
         self.num_turns, self.num_envs, self.max_response_tokens, self.pad_id = T, N, R, pad_id
         #: Micro-batches run the prompt prefix all their rows share once (``ppo.share_prompt_prefix``).
         self.share_prefix = False
+        #: Prompts of a micro-batch are padded to a multiple of this (``ppo.pad_to_multiple``): fewer shapes.
+        self.pad_multiple = 1
         #: The columns whose answers the sampler gave (the rest, if any, are one-step branches it never sampled).
         self.sampled_columns = N
         self.prompts: list[list[list[int]]] = [[[] for _ in range(N)] for _ in range(T + 1)]
@@ -212,6 +214,7 @@ class TurnStorage:
         """An empty storage of ``num_turns`` turns for the same envs and settings (critic pre-training's)."""
         storage = TurnStorage(num_turns, self.num_envs, self.max_response_tokens, self.pad_id)
         storage.share_prefix = self.share_prefix
+        storage.pad_multiple = self.pad_multiple
         storage.constraint = self.constraint
         return storage
 
@@ -276,7 +279,7 @@ class TurnStorage:
         responses = [self.responses[t, n, : int(self.response_lens[t, n])].tolist() for t, n in rows]
         kept = all(row in self.trunk_states for row in rows)
         prompts = [self.prompts[t][n] for t, n in rows]
-        batch = collate(prompts, responses, self.pad_id, self.share_prefix)
+        batch = collate(prompts, responses, self.pad_id, self.share_prefix, self.pad_multiple)
         if kept:  # the kept states fill the batch's real columns, in its layout (its prefix apart)
             shared = 0 if batch.prefix_ids is None else len(batch.prefix_ids)
             first = self.trunk_states[rows[0]]
