@@ -1022,14 +1022,8 @@ def gpu_check(name: str = "gpu.json") -> str:
              f"{split['sampling_s']:.1f} / {split['scoring_s']:.1f} / {split['update_s']:.1f} / {other:.2f}",
              "-" if peak is None else f"{peak:.1f}", "-" if mfu is None else f"{100 * mfu:.1f} %"]
         )  # fmt: skip
-    notes = []
-    for leg in data["legs"]:
-        if leg["name"] == "tests":
-            notes.append(f"GPU tests: {leg['tests_passed']} passed, {leg['tests_failed']} failed")
-        elif "skipped" in leg or "failed" in leg:
-            notes.append(
-                f"{leg['name']} {'skipped' if 'skipped' in leg else 'FAILED'} ({leg.get('skipped') or leg['failed']})"
-            )
+    notes = [f"{leg['name']} {'skipped' if 'skipped' in leg else 'FAILED'} ({leg.get('skipped') or leg['failed']})"
+             for leg in _gpu_not_measured(data)] + [_gpu_tests(data)]  # fmt: skip
     sizes = ", ".join(data["plan"]["sizes"][:3])
     head = (
         f"{device['name']}, {data['date'][:10]}, torch {versions['torch']}, transformers {versions['transformers']}, "
@@ -1037,7 +1031,7 @@ def gpu_check(name: str = "gpu.json") -> str:
         "transformers sampler. Seconds per update: sampling / scoring / update / env + prompts."
     )
     body = table(["leg", "params", "turns/s", "gen tok/s", "s per update", "peak GiB", "MFU"], rows)
-    return body + "\n\n" + head + " " + "; ".join(notes) + "."
+    return body + "\n\n" + head + " " + "; ".join(n for n in notes if n) + "."
 
 
 def gpu_check_summary(name: str = "gpu.json") -> str:
@@ -1053,14 +1047,24 @@ def gpu_check_summary(name: str = "gpu.json") -> str:
         use = "" if mfu is None else f", MFU {100 * mfu:.0f} %"
         share = 100 * split["sampling_s"] / split["total_s"]
         parts.append(f"{leg['name']}: {leg['turns_per_s']:.2f} turns/s{memory}{use}, sampling {share:.0f} %")
-    skipped = [leg["name"] for leg in data["legs"] if "skipped" in leg]
-    tests = next((leg for leg in data["legs"] if leg["name"] == "tests"), None)
+    skipped = [leg["name"] for leg in _gpu_not_measured(data)]
     tail = f" Skipped: {'; '.join(skipped)}." if skipped else ""
-    tested = f" GPU tests: {tests['tests_passed']} passed, {tests['tests_failed']} failed." if tests else ""
+    tested = f" {_gpu_tests(data)}." if _gpu_tests(data) else ""
     return (
         f"Last run: {data['device']['name']}, {data['date'][:10]}, random weights, transformers sampler, "
         f"answers of up to {_response_cap(data)} tokens. {'; '.join(parts)}.{tail}{tested}"
     )
+
+
+def _gpu_not_measured(data: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The GPU check's legs that were skipped or failed."""
+    return [leg for leg in data["legs"] if "skipped" in leg or "failed" in leg]
+
+
+def _gpu_tests(data: Mapping[str, Any]) -> str:
+    """What the GPU check's ``tests`` leg counted, or "" without one."""
+    tests = next((leg for leg in data["legs"] if leg["name"] == "tests"), None)
+    return f"GPU tests: {tests['tests_passed']} passed, {tests['tests_failed']} failed" if tests else ""
 
 
 def _response_cap(data: Mapping[str, Any]) -> str:

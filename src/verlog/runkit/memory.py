@@ -2,9 +2,9 @@
 
 PyTorch on the CPU allocates tensors of ever-changing shapes (every batch has other prompt lengths) through the C
 library's ``malloc``. glibc keeps the pages it freed inside its heap for reuse, and with tensors this varied the
-heap fragments: a SmolLM2 run's resident memory grew ~80 MB an update and every phase slowed with it (the
-allocator searched and faulted in an ever larger heap). ``malloc_trim(0)`` after each update returns every free
-page of the heap to the system, so the memory logged per update is what the run holds. Elsewhere (macOS, musl)
+heap fragments: a SmolLM2 run's resident memory grew ~80 MB an update, ~27 with the trim. ``malloc_trim(0)`` after
+each update returns every free page of the heap to the system, so the memory logged per update is what the run
+holds. (Most of the rest was oneDNN's kernel cache, one per batch shape: ``ppo.pad_to_multiple``.) Elsewhere (macOS, musl)
 there is nothing to trim and the figure is the plain resident size.
 """
 
