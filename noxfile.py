@@ -114,8 +114,8 @@ def bench_training(session: nox.Session) -> None:
 @nox.session
 def bench_trunk_cache(session: nox.Session) -> None:
     """The SmolLM2 Crafter preset's turns/s, scoring and update time and memory, without and with the frozen trunk
-    run once (ppo.trunk_cache); run on idle cores."""
-    for lever in ([], ["ppo.trunk_cache=true"]):
+    run once (ppo.trunk_cache), and with the critic on that trunk too (ppo.trunk_critic); run on idle cores."""
+    for lever in ([], ["ppo.trunk_cache=true"], ["ppo.trunk_cache=true", "ppo.trunk_critic=true"]):
         session.run("python", "-m", "benchmarks.speed.training", "--config", "envs/learn_crafter_real.toml",
                     "--updates", "6", *lever, *session.posargs)  # fmt: skip
 

@@ -192,3 +192,33 @@ def test_the_frozen_trunk_run_once_gives_smollm2s_logprobs_and_gradients(smollm2
     drop_bottom_layers(reference, 22)
     top, _ = actor_logprobs(TopLayers(reference, 0), trunk.states(batch))
     torch.testing.assert_close(whole * batch.response_mask, top * batch.response_mask, atol=1e-4, rtol=0)
+
+
+def test_a_critic_on_smollm2s_trunk_gives_the_values_of_the_stack_it_stands_for(
+    smollm2: Path, tokenizer
+) -> None:
+    """ppo.trunk_critic on the real model (the actor's top 8 of 30 layers trained, a 4-layer critic): layers
+    22-25 with the value head, run from the actor's trunk states, give the values and gradients of the critic
+    built on the bottom 26 layers with the 22 of the trunk frozen."""
+    from verlog.models.loading import freeze_below, load_actor, load_critic
+    from verlog.models.trunk import drop_bottom_layers
+    from verlog.ppo.forward import Trunk, collate, critic_values
+
+    prompts = [tokenizer(text)["input_ids"] for text in ("You see a tree to the north.", "You face water.")]
+    batch = collate(prompts, [tokenizer("Do")["input_ids"]] * 2, tokenizer.pad_token_id)
+    stacked = load_critic(str(smollm2), layers=26)
+    freeze_below(stacked, 4)
+    on_trunk = load_critic(str(smollm2))
+    on_trunk.score.load_state_dict(stacked.score.state_dict())
+    drop_bottom_layers(on_trunk, 22, keep=4)
+    trunk = Trunk(load_actor(str(smollm2), trainable_layers=8), start=22, critic_on_trunk=True)
+    results = []
+    for critic, values in ((stacked, critic_values), (on_trunk, trunk.critic_values)):
+        out = values(critic, batch)
+        out.sum().backward()
+        results.append((out.detach(), [p.grad for p in critic.parameters() if p.grad is not None]))
+    torch.testing.assert_close(results[0][0], results[1][0], atol=1e-4, rtol=0)
+    # 9 tensors a layer, the final norm, the head's weight and bias
+    assert len(results[0][1]) == len(results[1][1]) == 4 * 9 + 3
+    for a, b in zip(results[0][1], results[1][1], strict=True):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-3)

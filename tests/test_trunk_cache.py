@@ -10,10 +10,10 @@ import torch
 from toy_env import TOY_ID
 
 from verlog.config import ConfigError, load_config
-from verlog.models.loading import decoder_layers, load_actor, load_reference
+from verlog.models.loading import decoder_layers, freeze_below, load_actor, load_critic, load_reference
 from verlog.models.tiny import build_tiny
 from verlog.models.trunk import TopLayers, drop_bottom_layers
-from verlog.ppo.forward import Trunk, actor_logprobs, collate
+from verlog.ppo.forward import Trunk, actor_logprobs, collate, critic_values
 from verlog.ppo.storage import TurnStorage
 from verlog.ppo.trainer import Trainer
 from verlog.runkit.validate import validate
@@ -62,6 +62,34 @@ def test_the_top_layers_from_the_trunk_give_the_whole_models_logprobs_entropy_an
     assert len(decoder_layers(reference)) == 1
     top_reference, _ = actor_logprobs(TopLayers(reference, 0), trunk.states(batch))
     torch.testing.assert_close(whole_reference * batch.response_mask, top_reference * batch.response_mask)
+
+
+@pytest.mark.parametrize("layout", ["whole", "shared prefix"])
+def test_a_critic_on_the_trunk_gives_the_values_and_gradients_of_the_stack_it_stands_for(
+    model_path: Path, layout: str
+) -> None:
+    """ppo.trunk_critic: the checkpoint's layer above the trunk, run from the actor's trunk states, is the critic
+    built on the checkpoint's whole stack with the trunk's layers frozen: the same values and gradients."""
+    batch = _batches(pad=0)[layout]
+    stacked = load_critic(str(model_path))
+    freeze_below(stacked, 1)
+    on_trunk = load_critic(str(model_path))
+    # a new value head is drawn at random at each load: the same one for both
+    on_trunk.score.load_state_dict(stacked.score.state_dict())
+    drop_bottom_layers(on_trunk, 2, keep=1)
+    assert len(decoder_layers(on_trunk)) == 1
+    assert not on_trunk.get_input_embeddings().weight.requires_grad  # never read: no optimiser state for it
+    trunk = Trunk(load_actor(str(model_path), trainable_layers=1), start=2, critic_on_trunk=True)
+    results = []
+    for critic, values in ((stacked, critic_values), (on_trunk, trunk.critic_values)):
+        out = values(critic, batch)
+        out.sum().backward()
+        results.append((out.detach(), [p.grad for p in critic.parameters() if p.grad is not None]))
+    (values_a, grads_a), (values_b, grads_b) = results
+    torch.testing.assert_close(values_a, values_b, atol=1e-5, rtol=0)
+    assert len(grads_a) == len(grads_b) > 2  # the layer, the final norm, the head
+    for a, b in zip(grads_a, grads_b, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
 
 
 def test_a_top_layers_model_refuses_a_batch_without_trunk_states(model_path: Path) -> None:
@@ -167,6 +195,42 @@ def test_an_update_with_the_trunk_cache_trains_as_the_whole_model_does(
         torch.testing.assert_close(cached_weights[key], value, atol=1e-5, rtol=1e-4)
 
 
+def test_an_update_with_a_critic_on_the_trunk_trains_it_and_resumes_it(
+    model_path: Path, tmp_path: Path
+) -> None:
+    """A run with ppo.trunk_critic: the critic is the one layer above the trunk, scored and trained from the kept
+    states, its weights move, and a resume rebuilds it and loads them as saved."""
+    config = _config(
+        tmp_path, model_path, "critic-on-trunk", "ppo.trunk_cache=true", "ppo.trunk_critic=true",
+        "model.critic_layers=0", "run.checkpoint_every=1", "ppo.critic_warmup_iters=1",
+    )  # fmt: skip
+    trainer = Trainer(config)
+    try:
+        critic = trainer.accelerator.unwrap_model(trainer.learner.models.critic)
+        assert len(decoder_layers(critic)) == 1 and trainer.learner.models.trunk.critic_on_trunk
+        before = {k: v.detach().clone() for k, v in critic.state_dict().items()}
+        metrics = trainer.train_update()
+        after = {k: v.detach().clone() for k, v in critic.state_dict().items()}
+        trainer.save()
+    finally:
+        trainer.envs.close()
+        trainer.logger.close()
+    assert all(torch.isfinite(torch.tensor(metrics[key])) for key in ("charts/value", "losses/value_loss"))
+    assert not torch.equal(before["score.weight"], after["score.weight"])
+    assert not torch.equal(
+        before["model.layers.0.mlp.up_proj.weight"], after["model.layers.0.mlp.up_proj.weight"]
+    )
+    assert torch.equal(before["model.embed_tokens.weight"], after["model.embed_tokens.weight"])
+    resumed = Trainer(load_config(trainer.run_dir / "config.toml"), resume=trainer.run_dir)
+    try:
+        loaded = resumed.accelerator.unwrap_model(resumed.learner.models.critic).state_dict()
+        for key, value in after.items():
+            torch.testing.assert_close(loaded[key], value, atol=0, rtol=0)
+    finally:
+        resumed.envs.close()
+        resumed.logger.close()
+
+
 @pytest.mark.parametrize(
     "overrides, message",
     [
@@ -174,6 +238,34 @@ def test_an_update_with_the_trunk_cache_trains_as_the_whole_model_does(
         (
             ["ppo.trunk_cache=true", "model.trainable_layers=2", "ppo.trunk_cache_mib=-1"],
             "trunk_cache_mib must be >= 0",
+        ),
+        (["model.trainable_layers=2", "ppo.trunk_critic=true"], "set ppo.trunk_cache=true as well"),
+        (
+            [
+                "model.trainable_layers=2",
+                "ppo.trunk_cache=true",
+                "ppo.trunk_critic=true",
+                "model.critic_path=other",
+            ],
+            "leave model.critic_path empty",
+        ),
+        (
+            [
+                "model.trainable_layers=2",
+                "model.critic_layers=3",
+                "ppo.trunk_cache=true",
+                "ppo.trunk_critic=true",
+            ],
+            "set model.critic_layers <= that",
+        ),
+        (
+            [
+                "model.trainable_layers=2",
+                "ppo.trunk_cache=true",
+                "ppo.trunk_critic=true",
+                "algo.advantage=grpo",
+            ],
+            "needs a critic",
         ),
     ],
 )

@@ -15,8 +15,8 @@ to three minutes for the load to fall there, so back-to-back runs do not inherit
 Writes ``benchmarks/results/training.json``: one entry per preset and overrides (the latest run of each, keyed
 ``"<preset> <overrides>"``), with the machine and the largest resident memory an update logged.
 ``nox -s bench_training -- ppo.share_prompt_prefix=true`` measures a speed lever beside the preset as it is;
-``nox -s bench_trunk_cache`` measures the SmolLM2 Crafter preset with and without ``ppo.trunk_cache``, one after
-the other.
+``nox -s bench_trunk_cache`` measures the SmolLM2 Crafter preset without ``ppo.trunk_cache``, with it, and with
+``ppo.trunk_critic`` as well, one after the other.
 """
 
 from __future__ import annotations

@@ -242,6 +242,8 @@ class PPOConfig:
     """With model.trainable_layers: run the frozen layers below the trained ones once per turn (in scoring) and keep their output for the update, which then runs the trained layers alone; the KL reference keeps only its top layers and runs from the same states. The same log-probs and gradients up to float rounding (tests/test_trunk_cache.py; its speed: nox -s bench_trunk_cache). One process, no DeepSpeed, no LoRA."""
     trunk_cache_mib: float = 1024.0
     """Memory the kept trunk states may take; the update runs the trunk again (without gradients) for turns past it."""
+    trunk_critic: bool = False
+    """With ppo.trunk_cache: the critic reads the trunk's states too. Its layers are then the checkpoint's from the first trained one up (model.critic_layers of them, 0 = as many as the actor trains), with the final norm and value head: no trunk of its own to run, and a value model that starts from the features the actor's trained layers read. Needs a critic from the actor's checkpoint (model.critic_path empty)."""
     actor_lr: float = 1e-6
     """Actor AdamW learning rate."""
     actor_lr_milestones: list[int] = field(default_factory=list)

@@ -5,7 +5,8 @@ same hidden states for a turn before and after every optimiser step. :func:`trun
 and returns the hidden states entering the first trained layer; :class:`TopLayers` runs a model from that layer
 up, taking those states as ``inputs_embeds``. The learner (:mod:`verlog.ppo.forward`) keeps the states of each
 scored turn and feeds them to the actor's top layers in the update and to the KL reference, whose frozen bottom
-is the actor's own and is dropped (:func:`drop_bottom_layers`).
+is the actor's own and is dropped (:func:`drop_bottom_layers`); with ``ppo.trunk_critic`` the critic reads them
+too, its own layers being the checkpoint's from the first trained one up.
 
 Both work by showing a model's forward a slice of its own decoder stack for the length of one call
 (:func:`decoder_slice`), so transformers' own mask, rotary and layer code runs unchanged and the gradients reach
@@ -128,9 +129,14 @@ def top_cache(config: Any, first_layer: int) -> Any:
     return TopCache(config=config)
 
 
-def drop_bottom_layers(model: nn.Module, count: int) -> None:
-    """Keep only the decoder layers above the first ``count`` (a frozen copy whose trunk is another model's). The
-    config keeps its layer count, so each kept layer's cache slot stays its own; the model can then only be run
-    through :class:`TopLayers` at ``start=0`` from states computed by that other model."""
+def drop_bottom_layers(model: nn.Module, count: int, keep: int = 0) -> None:
+    """Keep only the decoder layers above the first ``count`` (``keep`` of them; 0 = all): a model whose trunk is
+    another model's (the KL reference's frozen copy, a critic reading the actor's trunk). The config keeps its
+    layer count, so each kept layer's cache slot stays its own; the model can then only be run through
+    :class:`TopLayers` at ``start=0`` from states computed by that other model. Its embeddings are never read
+    again and are frozen."""
     owner = _stack_owner(model)
-    owner.layers = nn.ModuleList(list(owner.layers)[count:])
+    owner.layers = nn.ModuleList(list(owner.layers)[count : count + keep if keep else None])
+    embeddings = owner.get_input_embeddings() if hasattr(owner, "get_input_embeddings") else None
+    if embeddings is not None:
+        embeddings.requires_grad_(False)

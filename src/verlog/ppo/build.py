@@ -5,7 +5,8 @@ Under DeepSpeed each model is prepared inside its own plugin (one engine per mod
 prepares actor and critic together (DDP), except under FSDP2, whose ``prepare`` shards one model and remaps one
 optimiser per call, so each model goes through its own call with its own optimiser. The reference is the actor with its adapters off under LoRA (no
 third copy of the weights), a sharded optimiser-less engine under ZeRO-3, or a plain frozen copy; with the frozen
-trunk run once (``ppo.trunk_cache``) that copy keeps its top layers alone and runs from the actor's trunk. A critic-free
+trunk run once (``ppo.trunk_cache``) that copy keeps its top layers alone and runs from the actor's trunk, and so
+may the critic (``ppo.trunk_critic``: the checkpoint's layers above the trunk, with its head). A critic-free
 estimator (``algo.advantage`` other than "gae") gets no critic at all: none is loaded, prepared or saved.
 
 The batch shape is the estimator's choice too. PPO with a critic collects a fixed T turns from each of N envs
@@ -193,7 +194,7 @@ def build_models(dist: Any, config: Config, lora: LoraSpec | None) -> Models:
     if ppo.trunk_cache:  # the validation refused every setting where the trunk is not frozen or not local
         start = len(decoder_layers(actor)) - model.trainable_layers
         check_splittable(actor, start)
-        models.trunk = Trunk(actor, start)
+        models.trunk = Trunk(actor, start, critic_on_trunk=ppo.trunk_critic and critic is not None)
     if ppo.kl_coef <= 0:
         return models
     if lora is not None:  # the base model itself: no third copy of the weights
@@ -220,10 +221,13 @@ def _critic(
             head=model.critic_head,
             gradient_checkpointing=model.gradient_checkpointing,
             lora=lora if model.critic_lora else None,
-            layers=model.critic_layers,
+            layers=0 if config.ppo.trunk_critic else model.critic_layers,
             dtype=model.dtype,
             attn_implementation=model.attn_implementation,
         )
+        if config.ppo.trunk_critic:  # the layers above the actor's frozen trunk, which feeds them its states
+            start = len(decoder_layers(critic)) - model.trainable_layers
+            drop_bottom_layers(critic, start, keep=model.critic_layers)
         optimizer = adamw(critic, config.ppo.critic_lr, config.ppo.weight_decay)
         if dist.deepspeed:
             critic, optimizer = dist.critic.prepare(critic, optimizer)

@@ -13,7 +13,8 @@ only the answers on top. Same log-probs, a fraction of the compute when the answ
 
 When only the actor's top layers train and ``ppo.trunk_cache`` is on, :func:`with_trunk_states` runs the frozen
 trunk once over a batch (:mod:`verlog.models.trunk`) and the batch carries the states entering the first trained
-layer (``Batch.hidden``); a :class:`~verlog.models.trunk.TopLayers` model then runs from them.
+layer (``Batch.hidden``); a :class:`~verlog.models.trunk.TopLayers` model then runs from them (the actor's top, the
+KL reference's and, with ``ppo.trunk_critic``, the critic: :class:`Trunk`).
 
 Where the models come from and how they are loaded is :mod:`verlog.models`.
 """
@@ -215,16 +216,26 @@ def with_trunk_states(model: nn.Module, start: int, batch: Batch) -> Batch:
 @dataclass
 class Trunk:
     """The actor's frozen trunk (``ppo.trunk_cache``): ``actor`` below decoder layer ``start``, run once per batch;
-    ``top`` is the actor from that layer up, the model the update and old log-probs run."""
+    ``top`` is the actor from that layer up, the model the update and old log-probs run. ``critic_on_trunk``
+    (``ppo.trunk_critic``): the critic's layers sit on the same trunk (:func:`~verlog.models.trunk.
+    drop_bottom_layers`) and it runs from the same states; false: the critic reads the tokens itself."""
 
     actor: nn.Module
     start: int
+    critic_on_trunk: bool = False
 
     def __post_init__(self) -> None:
         self.top = TopLayers(self.actor, self.start)
 
     def states(self, batch: Batch) -> Batch:
         return with_trunk_states(self.actor, self.start, batch)
+
+    def critic_values(self, critic: nn.Module, batch: Batch) -> Tensor:
+        """:func:`critic_values` of ``critic`` over ``batch``, from the trunk's states when the critic sits on the
+        trunk."""
+        if not self.critic_on_trunk:
+            return critic_values(critic, batch)
+        return critic_values(TopLayers(critic, 0), self.states(batch))
 
 
 def actor_logprobs(

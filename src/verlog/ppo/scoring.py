@@ -36,8 +36,10 @@ def state_values(
     max_tokens: int,
     device: Any,
     common_count: Callable[[int], int] | None = None,
+    trunk: Trunk | None = None,
 ) -> torch.Tensor:
-    """V(prompt) for each prompt: the critic's output at its last token.
+    """V(prompt) for each prompt: the critic's output at its last token (read through ``trunk`` when the critic
+    sits on the actor's trunk, ``ppo.trunk_critic``).
 
     ``common_count(n)`` is the number of forward passes every process runs when the passes are collective
     (DeepSpeed with several processes); this one pads with passes on a one-token batch.
@@ -46,7 +48,7 @@ def state_values(
     groups = pack_by_tokens([(len(p), 0) for p in prompts], max_tokens)
     for group in groups:
         batch = collate([prompts[i] for i in group], [[] for _ in group], pad_id).to(device)
-        values[group] = critic_values(critic, batch)[:, 0].cpu()
+        values[group] = _critic_values(critic, batch, trunk)[:, 0].cpu()
     for _ in range(_padding(common_count, len(groups))):
         critic_values(critic, _idle_batch(pad_id, device))
     return values
@@ -76,8 +78,9 @@ def score(
     compares), except under collective forward passes, where every process must run the same passes.
 
     ``trunk`` (``ppo.trunk_cache``): the actor's frozen trunk runs once per micro-batch, ``actor`` and
-    ``reference`` are then models run from its states (:class:`~verlog.models.trunk.TopLayers`), and the states
-    are kept in the storage for the update (within its budget). Every row then runs whole: the trunk's states
+    ``reference`` are then models run from its states (:class:`~verlog.models.trunk.TopLayers`), the critic too
+    when it sits on the trunk (``ppo.trunk_critic``), and the states are kept in the storage for the update
+    (within its budget). Every row then runs whole: the trunk's states
     are what a repeated prompt would share.
     """
     storage.trunk_states.clear()
@@ -92,6 +95,7 @@ def score(
     grouped = {row for micro in shared for row in micro.rows}
     together = not grouped  # no repeated prompt: the critic and the actor read the same micro-batches
     keep = trunk is not None and storage.trunk_budget > 0  # a trunk shares no prompt: together
+    reads_trunk = critic is not None and trunk is not None and trunk.critic_on_trunk
     micros = list(storage.micro_batches(rows, max_tokens)) if critic is not None or together or keep else []
     for _ in range(_padding(common_count, len(micros))):
         batch = _idle_batch(storage.pad_id, device)
@@ -103,15 +107,15 @@ def score(
         batch = micro.batch.to(device)
         ts, ns = _indices(micro.rows)
         r_len, mask = batch.response_len, batch.response_mask.cpu()
-        if critic is not None:
-            values = critic_values(critic, batch).cpu()
-            storage.token_values[ts, ns] = 0.0
-            storage.token_values[ts, ns, :r_len] = values[:, :r_len] * mask
-            storage.values[ts, ns] = values[:, 0]
-        if trunk is not None and (scorers or keep):
+        if trunk is not None and (scorers or keep or reads_trunk):
             batch = trunk.states(batch)
             if keep:
                 storage.keep_trunk_states(micro.rows, batch)
+        if critic is not None:
+            values = _critic_values(critic, batch, trunk).cpu()
+            storage.token_values[ts, ns] = 0.0
+            storage.token_values[ts, ns, :r_len] = values[:, :r_len] * mask
+            storage.values[ts, ns] = values[:, 0]
         for model, target in scorers if together else ():
             logprobs, _ = actor_logprobs(model, batch, temperature)
             target[ts, ns] = 0.0
@@ -122,7 +126,15 @@ def score(
             storage, scorers, lone, shared, temperature=temperature, max_tokens=max_tokens, device=device
         )
     if critic is not None:
-        _bootstrap_values(storage, critic, max_tokens=max_tokens, device=device, common_count=common_count)
+        _bootstrap_values(
+            storage, critic, max_tokens=max_tokens, device=device, common_count=common_count, trunk=trunk
+        )
+
+
+def _critic_values(critic: nn.Module, batch: Batch, trunk: Trunk | None) -> torch.Tensor:
+    """The critic's values over ``batch``, through ``trunk`` when there is one (it knows whether the critic
+    reads the trunk's states)."""
+    return critic_values(critic, batch) if trunk is None else trunk.critic_values(critic, batch)
 
 
 def _bootstrap_values(
@@ -132,6 +144,7 @@ def _bootstrap_values(
     max_tokens: int,
     device: Any,
     common_count: Callable[[int], int] | None,
+    trunk: Trunk | None = None,
 ) -> None:
     """The values of slot T (the bootstrap state) and of truncated episodes' final observations."""
     T = storage.num_turns
@@ -144,6 +157,7 @@ def _bootstrap_values(
         max_tokens=max_tokens,
         device=device,
         common_count=common_count,
+        trunk=trunk,
     )
     storage.values[T] = values[: storage.num_envs]
     storage.truncated_values.zero_()

@@ -270,11 +270,17 @@ def _losses(
 ) -> tuple[Tensor | None, Tensor | None, dict[str, Tensor]]:
     """The micro-batch's critic and actor loss token sums (None for a model that is not trained), and the
     parts that become metrics. With a ``trunk`` the actor runs its top layers alone, from the states scoring
-    kept (or, past the cache's budget, from the trunk run again here, without gradients)."""
+    kept (or, past the cache's budget, from the trunk run again here, without gradients), and so does a critic
+    that sits on the trunk (``ppo.trunk_critic``)."""
     mask = mb.batch.response_mask
+    batch = mb.batch
+    if trunk is not None and (train_actor or (critic is not None and trunk.critic_on_trunk)):
+        batch = trunk.states(batch)  # kept by scoring, or run here once for the actor's top and the critic
     v_loss, parts = None, {}
     if critic is not None:
-        values = critic_values(critic, mb.batch)[:, : mb.batch.response_len]
+        values = (critic_values(critic, batch) if trunk is None else trunk.critic_values(critic, batch))[
+            :, : batch.response_len
+        ]
         v_loss = value_loss(
             values,
             mb.old_values,
@@ -289,7 +295,7 @@ def _losses(
     if trunk is None:
         logprobs, entropy = actor_logprobs(actor, mb.batch, temperature, with_entropy=True)
     else:
-        logprobs, entropy = actor_logprobs(trunk.top, trunk.states(mb.batch), temperature, with_entropy=True)
+        logprobs, entropy = actor_logprobs(trunk.top, batch, temperature, with_entropy=True)
     assert entropy is not None
     pg_loss, clip_count, approx_kl = policy_loss(
         logprobs,

@@ -192,10 +192,31 @@ def _model(config: Config) -> Iterator[str]:
             "ppo.trunk_cache runs the frozen layers below the trained ones once: it needs model.trainable_layers "
             "> 0 (e.g. model.trainable_layers=8), or set ppo.trunk_cache=false"
         )
+    if config.ppo.trunk_critic:
+        yield from _trunk_critic(config)
     if config.ppo.trunk_cache_mib < 0:
         yield f"ppo.trunk_cache_mib must be >= 0 (0 = keep nothing, run the trunk again in the update), got {config.ppo.trunk_cache_mib}"
     if model.build_tiny or model.build == "tiny":
         yield from _tiny_size(model)
+
+
+def _trunk_critic(config: Config) -> Iterator[str]:
+    """ppo.trunk_critic: a critic on the actor's trunk is the checkpoint's layers above it."""
+    model = config.model
+    if not config.ppo.trunk_cache:
+        yield "ppo.trunk_critic reads the states the trunk cache computes: set ppo.trunk_cache=true as well"
+    if not config.algo.critic:
+        yield f"ppo.trunk_critic needs a critic, and algo.advantage = {config.algo.advantage!r} has none"
+    if model.critic_path and model.critic_path != model.path:
+        yield (
+            "ppo.trunk_critic builds the critic from the layers above the actor's trunk, so from the actor's "
+            f"checkpoint: leave model.critic_path empty (got {model.critic_path!r})"
+        )
+    if model.trainable_layers and model.critic_layers > model.trainable_layers:
+        yield (
+            f"ppo.trunk_critic takes model.critic_layers={model.critic_layers} layers from above the trunk, which "
+            f"has {model.trainable_layers} (model.trainable_layers): set model.critic_layers <= that, or 0 for all"
+        )
 
 
 #: The tiny model's default (width, layers): a folder found at model.path is used whatever its size, as before
