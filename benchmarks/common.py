@@ -17,6 +17,7 @@ import math
 import os
 import shutil
 import statistics
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -109,6 +110,25 @@ def locked(folder: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # closing the descriptor releases the lock
+
+
+@contextlib.contextmanager
+def claimed(name: str) -> Iterator[bool]:
+    """Try to claim ``name`` for the length of the block (a non-blocking ``flock`` on a file of that name in the
+    temp folder): True if this process holds it, False if another does. Two streams of the same grid then never
+    run one cell twice; the claim ends with its process, so a killed stream leaves none behind."""
+    folder = Path(tempfile.gettempdir()) / "verlog-claims"
+    folder.mkdir(exist_ok=True)
+    fd = os.open(folder / name, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)
 
 
 def update_records(run_dir: Path) -> list[dict[str, Any]]:

@@ -218,6 +218,18 @@ def test_two_seeds_finishing_at_once_write_the_results_file_in_turn(tmp_path: Pa
     assert order == ["first", "second"] and list(tmp_path.iterdir()) == []
 
 
+def test_a_cell_one_ablation_stream_runs_is_not_run_by_another(tmp_path: Path) -> None:
+    """Two ablation streams over the same grid: the cell one holds is skipped by the other, and free again after."""
+    from benchmarks.common import claimed
+
+    name = f"test-{tmp_path.name}-grpo-1"
+    with claimed(name) as first:
+        with claimed(name) as second, claimed(name + "-other") as other:
+            assert first and not second and other
+    with claimed(name) as again:
+        assert again
+
+
 def test_long_run_health_flags_growing_memory_and_sums_the_counters() -> None:
     long_run = importlib.import_module("benchmarks.probes.long_run")
 

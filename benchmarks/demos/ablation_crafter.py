@@ -18,7 +18,8 @@ critic pre-training's turns included) and judged on the same held-out episodes:
   discounted return from there), with the same whole-episode groups.
 
 Each cell is one ``learn_crafter.py --variant V --seed S`` run in a child process; a cell already in the results
-file that played at least the turn budget is kept (``--force`` reruns it).
+file that played at least the turn budget is kept (``--force`` reruns it). A stream claims a cell while it runs
+(``benchmarks.common.claimed``), so several streams over the same grid, side by side, never run a cell twice.
 ``--table`` only prints the table from the results file. The script exits 0 whichever way the results come out:
 an ablation is published as it falls.
 
@@ -38,7 +39,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import RESULTS, ROOT, locked, mean_se
+from benchmarks.common import RESULTS, ROOT, claimed, locked, mean_se
 from benchmarks.demos.learn_crafter import ABLATION, VARIANTS, plot
 
 STEM = "learn_crafter_ablation"
@@ -139,18 +140,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.table:
         for variant in args.variants:
             for seed in args.seeds:
-                done = with_preset(cells(path), args.out).get((variant, seed))
-                if done and done["turns"] >= args.turns and not args.force:
-                    continue
-                command = [
-                    sys.executable, "-m", "benchmarks.demos.learn_crafter", "--variant", variant,
-                    "--seed", str(seed), "--stem", args.stem, "--out", str(args.out),
-                    f"run.total_turns={args.turns}", "run.total_updates=100000", *args.overrides,
-                ]  # fmt: skip
-                print(" ".join(command), flush=True)
-                subprocess.run(
-                    command, check=False, cwd=ROOT
-                )  # a variant that does not learn exits 1: still a result
+                with claimed(f"{args.stem}-{variant}-{seed}") as mine:
+                    done = with_preset(cells(path), args.out).get((variant, seed))
+                    if not mine or (done and done["turns"] >= args.turns and not args.force):
+                        if not mine:
+                            print(f"{variant} seed {seed}: another stream is running it", flush=True)
+                        continue
+                    command = [
+                        sys.executable, "-m", "benchmarks.demos.learn_crafter", "--variant", variant,
+                        "--seed", str(seed), "--stem", args.stem, "--out", str(args.out),
+                        f"run.total_turns={args.turns}", "run.total_updates=100000", *args.overrides,
+                    ]  # fmt: skip
+                    print(" ".join(command), flush=True)
+                    subprocess.run(
+                        command, check=False, cwd=ROOT
+                    )  # one that does not learn exits 1: a result
     if not args.out.is_dir():
         print(f"no results in {path}")
         return 1
