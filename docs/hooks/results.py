@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import statistics
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -632,6 +633,69 @@ def crafter_reading(name: str = "learn_crafter_ablation.json") -> str:
     return "\n".join(lines)
 
 
+#: How far each lever toward Crafter's tech tree got (issue 54): the lever, the results files of its runs (every
+#: seed in them, all judged on the same held-out episodes) and what it did, read from the runs (each is a row of
+#: docs/log.md). The figures come from the files.
+TECH_TREE_LEVERS: list[tuple[str, tuple[str, ...], str]] = [
+    ("the preset without shaping", ("learn_crafter_unshaped.json",), "sapling, plant, sleep, some wood"),
+    ("the breadth shaping (the preset)", ("learn_crafter.json",), "the broadest on the mean"),
+    ("+ the inventory as a potential", ("learn_crafter_inventory.json",), "more tables on one seed; level on the mean"),
+    ("breadth paid by the score's gradient (the routine at 0.6)", ("learn_crafter_breadth.json",),
+     "gives up sleep: the score holds, the return falls"),
+    ("the breadth shaping at 3x the budget", ("learn_crafter_breadth_long.json",),
+     "rates peak at updates 50-90, then drift back to the routine"),
+    ("a wider, then a deeper model (unshaped)", ("learn_crafter_wide.json", "learn_crafter_deep.json"), "no gain"),
+    ("three epochs an update (two shapings, then none)",
+     ("learn_crafter_breadth_epochs.json", "learn_crafter_breadth_keep_epochs.json", "learn_crafter_epochs.json"),
+     "the routine sooner"),
+    ("the critic's rate above the actor's", ("learn_crafter_critic_lr.json",), "no gain"),
+    ("wake-up paid 2.5, without then with the potential", ("learn_crafter_wake.json", "learn_crafter_wake_inv.json"),
+     "back to the routine"),
+    ("the entropy bonus annealed to 0.003", ("learn_crafter_breadth_entropy.json",), "the routine, below random"),
+    ("sapling and plant unpaid, without then with the potential",
+     ("learn_crafter_unroutine.json", "learn_crafter_unroutine_inv.json"),
+     "sapling and plant stay (Do on grass); no gain"),
+]  # fmt: skip
+TECH_TREE_RATES = ("collect_wood", "place_table", "collect_drink", "make_wood_pickaxe")
+
+
+def _per_seed(runs: list[list[dict[str, Any]]], key: str) -> str:
+    """Each seed's trained figure, seeds of one file apart by " / ", files by ", "."""
+    return ", ".join(" / ".join(f"{e['trained'][key]:.2f}" for e in entries) for entries in runs)
+
+
+def tech_tree_levers(levers: Iterable[tuple[str, tuple[str, ...], str]] = TECH_TREE_LEVERS) -> str:
+    """One row per lever: its seeds' Crafter scores and returns (files apart by a comma), and the tech tree's first
+    rates as a mean over those seeds."""
+    random = seeds(load("learn_crafter.json"))[0]["random"]
+    rates = [f"{100 * random.get('achievement_rates', {}).get(a, 0.0):.0f} %" for a in TECH_TREE_RATES]
+    rows = [["*random, on the same episodes*", "", f"{random['crafter_score']:.2f}", f"{random['return']:.2f}",
+             *rates, ""]]  # fmt: skip
+    for lever, files, reading in levers:
+        runs = [seeds(load(name)) for name in files]
+        every = [e["trained"] for entries in runs for e in entries]
+        rates = [
+            f"{100 * statistics.fmean(b.get('achievement_rates', {}).get(a, 0.0) for b in every):.0f} %"
+            for a in TECH_TREE_RATES
+        ]
+        labels = ", ".join(" ".join(str(e["seed"]) for e in entries) for entries in runs)
+        rows.append(
+            [lever, labels, _per_seed(runs, "crafter_score"), _per_seed(runs, "return"), *rates, reading]
+        )
+    header = [
+        "lever",
+        "seeds",
+        "Crafter score",
+        "return",
+        "wood",
+        "table",
+        "drink",
+        "wood pickaxe",
+        "what it did",
+    ]
+    return table(header, rows)
+
+
 def long_run(name: str = "long_run.json") -> str:
     """The hour-long run's memory and counters."""
     data = load(name)
@@ -1098,6 +1162,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "crafter_achievements": crafter_achievements,
     "ablation": ablation,
     "crafter_reading": crafter_reading,
+    "tech_tree_levers": tech_tree_levers,
     "ablation_unshaped": lambda: ablation("learn_crafter_ablation_unshaped.json"),
     "crafter_reading_unshaped": lambda: crafter_reading("learn_crafter_ablation_unshaped.json"),
     "crafter_unshaped": lambda: crafter("learn_crafter_unshaped.json"),
