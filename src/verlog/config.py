@@ -268,6 +268,8 @@ class PPOConfig:
     """The entropy bonus once ``entropy_anneal_updates`` updates are done: explore early, then let the policy sharpen."""
     entropy_anneal_updates: int = 0
     """Updates over which the entropy bonus goes linearly from ``entropy_coef`` to ``entropy_coef_final`` (0 = constant ``entropy_coef``)."""
+    answer_entropy_coef: float = 0.0
+    """Bonus on the entropy of the mean first-answer distribution over each micro-batch's turns, H(mean): it keeps the mix of answers broad across states without keeping any one state's answer random, as the per-turn bonus (entropy_coef) does, so the policy can only follow the reward by answering differently in different states. losses/answer_information, logged always, is the answer's mutual information with the state, I(S; A) = H(mean) - mean H: 0 for a policy that plays one fixed mix of answers whatever it reads."""
     value_clip: float = 0.5
     """Value clipping range around the rollout values."""
     first_value_weight: float = 3.0

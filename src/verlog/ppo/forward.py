@@ -34,7 +34,9 @@ __all__ = [
     "Batch",
     "SharedBatch",
     "Trunk",
+    "actor_answers",
     "actor_logprobs",
+    "answer_information",
     "collate",
     "collate_shared",
     "critic_values",
@@ -244,10 +246,40 @@ def actor_logprobs(
     """Log-probs ``[B, R]`` of the response tokens (and the distribution's entropy) at ``temperature``; under a
     constraint (``batch.allowed``) both are of the distribution renormalised over the allowed tokens, which is
     the one the constrained sampler drew from."""
-    r_len = batch.response_len
-    out = _run(model, batch, logits_to_keep=r_len + 1)
-    logits = out.logits[:, :r_len].float() / temperature  # column P-1+k predicts response token k
-    return _logprobs(logits, batch.response_ids, batch.allowed, with_entropy)
+    return _logprobs(
+        _response_logits(model, batch, temperature), batch.response_ids, batch.allowed, with_entropy
+    )
+
+
+def actor_answers(model: nn.Module, batch: Batch, temperature: float = 1.0) -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`actor_logprobs` with the entropy, and the whole distribution ``[B, V]`` of each row's first answer
+    token (over the allowed tokens under a constraint): what the policy would answer in each state, for the
+    answer's mutual information with the state (:func:`answer_information`)."""
+    logits = _response_logits(model, batch, temperature)
+    logprobs, entropy = _logprobs(logits, batch.response_ids, batch.allowed, with_entropy=True)
+    first = logits[:, 0]
+    if batch.allowed is not None:
+        first = first.masked_fill(~batch.allowed[:, 0, : first.shape[-1]], -torch.inf)
+    assert entropy is not None
+    return logprobs, entropy, torch.softmax(first, dim=-1)
+
+
+def answer_information(first: Tensor, rows: Tensor) -> tuple[Tensor, Tensor]:
+    """The entropy of the mean first-answer distribution over ``rows`` (a 0/1 mask ``[B]``), H(mean), and the
+    answer's mutual information with the state, I(S; A) = H(mean) - mean H, in nats. A policy that plays one
+    fixed mix of answers whatever it reads has I = 0 however sharp the mix; one that reads the state has I > 0.
+    Both carry gradients: a bonus on H(mean) keeps the mix broad without keeping each state's answer random."""
+    weights = rows / rows.sum().clamp(min=1.0)
+    mean = (first * weights[:, None]).sum(0)
+    mean_entropy = -(mean * torch.log(mean.clamp(min=1e-12))).sum()
+    each = -(first * torch.log(first.clamp(min=1e-12))).sum(-1)
+    return mean_entropy, mean_entropy - (each * weights).sum()
+
+
+def _response_logits(model: nn.Module, batch: Batch, temperature: float) -> Tensor:
+    """Logits ``[B, R, V]`` predicting each response token, at ``temperature``."""
+    out = _run(model, batch, logits_to_keep=batch.response_len + 1)
+    return out.logits[:, : batch.response_len].float() / temperature  # column P-1+k predicts response token k
 
 
 def _logprobs(

@@ -33,7 +33,7 @@ import torch
 from torch import Tensor, nn
 
 from verlog.config import PPOConfig
-from verlog.ppo.forward import Trunk, actor_logprobs, critic_values
+from verlog.ppo.forward import Trunk, actor_answers, answer_information, critic_values
 from verlog.ppo.storage import MicroBatch, TurnStorage
 
 if TYPE_CHECKING:  # the bundle's type only: the loss does not depend on how the models are built
@@ -292,11 +292,7 @@ def _losses(
         parts["losses/value_loss"] = v_loss
     if not train_actor:
         return v_loss, None, parts
-    if trunk is None:
-        logprobs, entropy = actor_logprobs(actor, mb.batch, temperature, with_entropy=True)
-    else:
-        logprobs, entropy = actor_logprobs(trunk.top, batch, temperature, with_entropy=True)
-    assert entropy is not None
+    logprobs, entropy, first = actor_answers(actor if trunk is None else trunk.top, batch, temperature)
     pg_loss, clip_count, approx_kl = policy_loss(
         logprobs,
         mb.old_logprobs,
@@ -307,12 +303,18 @@ def _losses(
         dual_clip=config.dual_clip,
     )
     entropy_sum = (entropy * mask).sum()
+    # Per-turn sums, as every part: the micro-batch's H(mean answer) and I(S; A) weighted by its tokens.
+    tokens = mask.sum()
+    answer_entropy, information = answer_information(first, mask[:, 0])
     parts.update(
         {
             "losses/policy_loss": pg_loss,
             "losses/entropy": entropy_sum,
+            "losses/answer_entropy": answer_entropy * tokens,
+            "losses/answer_information": information.detach() * tokens,
             "losses/approx_kl": approx_kl,
             "losses/clipfrac": clip_count,
         }
     )
-    return v_loss, pg_loss - config.entropy_coef * entropy_sum, parts
+    bonus = config.entropy_coef * entropy_sum + config.answer_entropy_coef * answer_entropy * tokens
+    return v_loss, pg_loss - bonus, parts

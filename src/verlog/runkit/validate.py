@@ -95,6 +95,8 @@ def _numbers(config: Config) -> Iterator[str]:
             yield f"ppo.{key} must be > 0, got {value}"
     if ppo.pad_to_multiple < 1:
         yield f"ppo.pad_to_multiple must be >= 1 (1 pads to the longest prompt), got {ppo.pad_to_multiple}"
+    if ppo.answer_entropy_coef < 0:
+        yield f"ppo.answer_entropy_coef must be >= 0 (0 = no bonus on the mean answer's entropy), got {ppo.answer_entropy_coef}"
     if ppo.entropy_anneal_updates < 0 or ppo.entropy_coef_final < 0:
         yield (
             "ppo.entropy_anneal_updates and ppo.entropy_coef_final must be >= 0, got "
