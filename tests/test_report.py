@@ -163,7 +163,7 @@ def test_report_plots_are_pngs_and_missing_metrics_are_noted(full_run: tuple[Pat
         assert_png(run / link)
     assert sorted(p.name for p in (run / "report").iterdir()) == sorted(Path(x).name for x in links)
     # Absent metrics: a whole plot, or one panel of a plot, is left out with a note.
-    assert "No data for `losses/entropy` in metrics.jsonl: plot omitted." in md
+    assert "No data for `losses/entropy` / `losses/answer_information` in metrics.jsonl: plot omitted." in md
     assert not (run / "report" / "entropy.png").exists()
     assert "No data for `charts/tokens_per_s` in metrics.jsonl: panel omitted." in md
 

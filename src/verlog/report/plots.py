@@ -96,7 +96,19 @@ CHARTS = (
         "KL and clipping",
         (Panel("approx KL", "losses/approx_kl"), Panel("clip fraction", "losses/clipfrac")),
     ),
-    Chart("entropy.png", "Learning", "Entropy", (Panel("entropy", "losses/entropy"),)),
+    Chart(
+        "entropy.png",
+        "Learning",
+        "Entropy, and how much the answer depends on the state",
+        (
+            Panel(
+                "entropy (each turn's, and the mean answer's)",
+                "losses/entropy",
+                extra=("losses/answer_entropy",),
+            ),
+            Panel("I(state; answer), nats", "losses/answer_information"),
+        ),
+    ),
     Chart(
         "explained_variance.png",
         "Learning",
