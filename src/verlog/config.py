@@ -179,6 +179,8 @@ class ModelConfig:
     """Train only the actor's top N decoder layers, final norm and head (0 = all): the backward pass stops there."""
     critic_layers: int = 0
     """Build the critic from the bottom N decoder layers only (0 = all): a shallower, cheaper value model."""
+    critic_shares_actor: bool = False
+    """The critic is a linear value head on the actor's own decoder, one network that the policy loss and the value loss (times ppo.value_coef) both train, as the Atari PPO of CleanRL and pytorch-a2c-ppo-acktr-gail: where the reward is too sparse for the policy gradient alone to teach the network to read the observation, the value loss, which has a target every turn, does (critic pre-training then trains the shared decoder too). One process, no DeepSpeed, LoRA or trunk cache, a critic from the actor's checkpoint."""
 
 
 @dataclass
@@ -270,6 +272,8 @@ class PPOConfig:
     """Updates over which the entropy bonus goes linearly from ``entropy_coef`` to ``entropy_coef_final`` (0 = constant ``entropy_coef``)."""
     answer_entropy_coef: float = 0.0
     """Bonus on the entropy of the mean first-answer distribution over each micro-batch's turns, H(mean): it keeps the mix of answers broad across states without keeping any one state's answer random, as the per-turn bonus (entropy_coef) does, so the policy can only follow the reward by answering differently in different states. losses/answer_information, logged always, is the answer's mutual information with the state, I(S; A) = H(mean) - mean H: 0 for a policy that plays one fixed mix of answers whatever it reads."""
+    value_coef: float = 1.0
+    """Weight of the value loss in the critic's backward: with model.critic_shares_actor, how much the value loss moves the shared decoder against the policy loss (CleanRL's vf_coef, 0.5); with a critic of its own, only its scale before gradient clipping."""
     value_clip: float = 0.5
     """Value clipping range around the rollout values."""
     first_value_weight: float = 3.0

@@ -6,7 +6,8 @@ prepares actor and critic together (DDP), except under FSDP2, whose ``prepare`` 
 optimiser per call, so each model goes through its own call with its own optimiser. The reference is the actor with its adapters off under LoRA (no
 third copy of the weights), a sharded optimiser-less engine under ZeRO-3, or a plain frozen copy; with the frozen
 trunk run once (``ppo.trunk_cache``) that copy keeps its top layers alone and runs from the actor's trunk, and so
-may the critic (``ppo.trunk_critic``: the checkpoint's layers above the trunk, with its head). A critic-free
+may the critic (``ppo.trunk_critic``: the checkpoint's layers above the trunk, with its head). With
+``model.critic_shares_actor`` the critic is a value head on the actor's own decoder, one network for both losses. A critic-free
 estimator (``algo.advantage`` other than "gae") gets no critic at all: none is loaded, prepared or saved.
 
 The batch shape is the estimator's choice too. PPO with a critic collects a fixed T turns from each of N envs
@@ -37,6 +38,7 @@ from verlog.models.prompts import PromptBuilder
 from verlog.models.sources import resolve_model_path
 from verlog.models.tiny import first_info
 from verlog.models.trunk import TopLayers, check_splittable, drop_bottom_layers
+from verlog.models.value_head import ValueHeadModel
 from verlog.models.weights import full_weights
 from verlog.ppo.calibration import BootstrapCalibration
 from verlog.ppo.forward import Trunk
@@ -63,6 +65,9 @@ class Models:
     reference_engine: torch.nn.Module | None = None
     #: ``ppo.trunk_cache``: the actor's frozen trunk, run once per turn; the reference then runs from its states.
     trunk: Trunk | None = None
+    #: ``model.critic_shares_actor``: the critic is a head on the actor's decoder, whose parameters the actor's
+    #: optimiser steps (with both losses' gradients); the critic's optimiser holds the head alone.
+    shared: bool = False
 
 
 @dataclass
@@ -158,6 +163,11 @@ def build_models(dist: Any, config: Config, lora: LoraSpec | None) -> Models:
     """Load and prepare actor, critic and reference; under DeepSpeed each inside its own plugin."""
     model, ppo = config.model, config.ppo
     common = {"dtype": model.dtype, "attn_implementation": model.attn_implementation}
+    if model.critic_shares_actor and (dist.deepspeed or dist.num_processes > 1):
+        raise ValueError(
+            "model.critic_shares_actor runs one network for both losses on one process (two engines cannot "
+            "share parameters): launch one process without DeepSpeed, or set model.critic_shares_actor=false"
+        )
     if ppo.trunk_cache and (dist.deepspeed or dist.num_processes > 1):
         raise ValueError(
             "ppo.trunk_cache runs on one process without DeepSpeed (it runs slices of the actor, which a sharded "
@@ -175,7 +185,15 @@ def build_models(dist: Any, config: Config, lora: LoraSpec | None) -> Models:
         actor_optimizer = adamw(actor, ppo.actor_lr, ppo.weight_decay)
         if dist.deepspeed:
             actor, actor_optimizer = dist.actor.prepare(actor, actor_optimizer)
-    critic, critic_optimizer = _critic(dist, config, lora) if config.algo.critic else (None, None)
+    if (
+        config.algo.critic and model.critic_shares_actor
+    ):  # a head on the actor's decoder: the head alone is new
+        critic = ValueHeadModel(actor.get_decoder())
+        critic_optimizer = torch.optim.AdamW(
+            critic.score.parameters(), lr=ppo.critic_lr, weight_decay=ppo.weight_decay
+        )
+    else:
+        critic, critic_optimizer = _critic(dist, config, lora) if config.algo.critic else (None, None)
     if not dist.deepspeed:
         if critic is None:
             actor, actor_optimizer = dist.actor.prepare(actor, actor_optimizer)
@@ -189,7 +207,13 @@ def build_models(dist: Any, config: Config, lora: LoraSpec | None) -> Models:
     actor.eval()  # DeepSpeed's engine returns None from eval()
     if critic is not None:
         critic.eval()
-    models = Models(actor, critic, actor_optimizer, critic_optimizer)
+    models = Models(
+        actor,
+        critic,
+        actor_optimizer,
+        critic_optimizer,
+        shared=critic is not None and model.critic_shares_actor,
+    )
     start = 0
     if ppo.trunk_cache:  # the validation refused every setting where the trunk is not frozen or not local
         start = len(decoder_layers(actor)) - model.trainable_layers

@@ -372,7 +372,7 @@ class Trainer:
         self.global_step += self.derived.warmup_turns * self.storage.num_envs * self.derived.world_size
         for iteration in range(1, ppo.critic_warmup_iters + 1):
             metrics = dict(collected) if iteration == 1 else {}
-            # The actor has not moved, so it equals the reference: the KL reward is 0 and log-probs are unused.
+            # No policy step yet (a shared critic moves only its decoder): the KL reward is 0, log-probs unused.
             metrics.update(self._score(storage, logprobs=False))
             compute_advantages(storage, self.config, kl_coef=0.0)  # the critic's targets
             clock = time.perf_counter()

@@ -145,7 +145,9 @@ def ppo_update(
                     norms["losses/grad_norm"] = _norm(accelerators.actor, actor, config.max_grad_norm)
                 for model in critics:
                     norms["losses/critic_grad_norm"] = _norm(accelerators.critic, model, config.max_grad_norm)
-            optimizers = ([actor_optimizer] if train_actor else []) + ([critic_optimizer] if critics else [])
+            # a critic on the actor's decoder: the actor's optimiser steps that decoder, in critic pre-training too
+            stepped = train_actor or models.shared
+            optimizers = ([actor_optimizer] if stepped else []) + ([critic_optimizer] if critics else [])
             if accelerators.deepspeed:  # DeepSpeed stepped (or skipped) inside the last backward
                 finite = finite and not any(getattr(o, "step_was_skipped", False) for o in optimizers)
             elif finite:
@@ -249,7 +251,7 @@ def _accumulate(
                 finite = accelerators.all_finite(finite)
             poison = float("nan") if last and not finite and accelerators.deepspeed else 1.0
             if critic_loss is not None:
-                accelerators.critic.backward(critic_loss * (weight * poison))
+                accelerators.critic.backward(critic_loss * (weight * poison * config.value_coef))
             if actor_loss is not None:
                 accelerators.actor.backward(actor_loss * (weight * poison))
         if real:

@@ -95,6 +95,8 @@ def _numbers(config: Config) -> Iterator[str]:
             yield f"ppo.{key} must be > 0, got {value}"
     if ppo.pad_to_multiple < 1:
         yield f"ppo.pad_to_multiple must be >= 1 (1 pads to the longest prompt), got {ppo.pad_to_multiple}"
+    if ppo.value_coef <= 0:
+        yield f"ppo.value_coef must be > 0 (the value loss's weight), got {ppo.value_coef}"
     if ppo.answer_entropy_coef < 0:
         yield f"ppo.answer_entropy_coef must be >= 0 (0 = no bonus on the mean answer's entropy), got {ppo.answer_entropy_coef}"
     if ppo.entropy_anneal_updates < 0 or ppo.entropy_coef_final < 0:
@@ -196,6 +198,8 @@ def _model(config: Config) -> Iterator[str]:
         )
     if config.ppo.trunk_critic:
         yield from _trunk_critic(config)
+    if model.critic_shares_actor:
+        yield from _shared_critic(config)
     if config.ppo.trunk_cache_mib < 0:
         yield f"ppo.trunk_cache_mib must be >= 0 (0 = keep nothing, run the trunk again in the update), got {config.ppo.trunk_cache_mib}"
     if model.build_tiny or model.build == "tiny":
@@ -219,6 +223,25 @@ def _trunk_critic(config: Config) -> Iterator[str]:
             f"ppo.trunk_critic takes model.critic_layers={model.critic_layers} layers from above the trunk, which "
             f"has {model.trainable_layers} (model.trainable_layers): set model.critic_layers <= that, or 0 for all"
         )
+
+
+def _shared_critic(config: Config) -> Iterator[str]:
+    """model.critic_shares_actor: a head on the actor's decoder, which nothing else may cut, wrap or replace."""
+    model = config.model
+    if not config.algo.critic:
+        yield f"model.critic_shares_actor needs a critic, and algo.advantage = {config.algo.advantage!r} has none"
+    clashes = {
+        "model.critic_path": bool(model.critic_path and model.critic_path != model.path),
+        "model.critic_layers": model.critic_layers > 0,
+        "model.lora_r": model.lora_r > 0,
+        "ppo.trunk_cache": config.ppo.trunk_cache,
+    }
+    for key, clash in clashes.items():
+        if clash:
+            yield (
+                f"model.critic_shares_actor puts the value head on the actor's own decoder, which {key} would "
+                f"change: leave {key} at its default, or set model.critic_shares_actor=false"
+            )
 
 
 #: The tiny model's default (width, layers): a folder found at model.path is used whatever its size, as before
