@@ -288,6 +288,13 @@ def bench_action_mixes(session: nox.Session) -> None:
 
 
 @nox.session
+def probe_state_dependence(session: nox.Session) -> None:
+    """Does a trained Crafter policy read the observation? The mutual information between state and answer, and the
+    answer by what the player faces, for the preset's seeds (or the run folders given)."""
+    session.run("python", "-m", "benchmarks.probes.state_dependence", *session.posargs)
+
+
+@nox.session
 def gpu_check(session: nox.Session) -> None:
     """The learner on one GPU in 8 minutes: tiny preset, 0.5B/3B shapes (LoRA or not, critic or not), FSDP2, the
     GPU tests; writes benchmarks/results/gpu.json (-- --cpu-smoke: the same legs on the CPU, tiny models)."""

@@ -655,6 +655,16 @@ TECH_TREE_LEVERS: list[tuple[str, tuple[str, ...], str]] = [
     ("sapling and plant unpaid, without then with the potential",
      ("learn_crafter_unroutine.json", "learn_crafter_unroutine_inv.json"),
      "sapling and plant stay (Do on grass); no gain"),
+    ("the same with the potential, the entropy bonus at 0.015", ("learn_crafter_unroutine_inv_e15.json",),
+     "stops sleeping, dies sooner"),
+    ("the bonus on the mean answer, none per turn (stopped at update 30 of 78)",
+     ("learn_crafter_answer_entropy.json",), "blind; stopped once that showed"),
+    ("no action list in the prompt (the observation last)", ("learn_crafter_no_action_list.json",),
+     "still blind: no gain"),
+    ("the critic on the actor's network (value_coef 0.5)", ("learn_crafter_shared_critic.json",),
+     "reads a little; the routine made reliable, the best return"),
+    ("the same, the bonus on the mean answer (0.03) and 0.01 per turn", ("learn_crafter_shared_critic_answer.json",),
+     "reads a little; wood lost"),
 ]  # fmt: skip
 TECH_TREE_RATES = ("collect_wood", "place_table", "collect_drink", "make_wood_pickaxe")
 
@@ -693,6 +703,22 @@ def tech_tree_levers(levers: Iterable[tuple[str, tuple[str, ...], str]] = TECH_T
         "wood pickaxe",
         "what it did",
     ]
+    return table(header, rows)
+
+
+def state_dependence(name: str = "state_dependence.json") -> str:
+    """Whether each probed policy reads the observation: I(S; A) before and after training, and the trained
+    policy's chance of Do by what the player faces (``benchmarks/probes/state_dependence.py``)."""
+    rows = []
+    for run, entry in load(name).get("runs", {}).items():
+        trained, untrained = entry.get("trained") or {}, entry.get("untrained") or {}
+        faced = trained.get("situations", {})
+        do = [f"{faced[k]['do']:.2f}" if k in faced else "" for k in ("tree", "water", "grass")]
+        top = ", ".join(f"{a} {p:.2f}" for a, p in faced.get("tree", {}).get("top", []))
+        information = [f"{b['mutual_information']:.4f}" if b else "" for b in (untrained, trained)]
+        rows.append([run, f"{trained.get('states', 0):,}", *information, *do, top])
+    header = ["run", "states", "I(S; A) untrained", "trained", "P(Do) facing a tree", "water", "grass",
+              "top answers facing a tree"]  # fmt: skip
     return table(header, rows)
 
 
@@ -1163,6 +1189,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "ablation": ablation,
     "crafter_reading": crafter_reading,
     "tech_tree_levers": tech_tree_levers,
+    "state_dependence": state_dependence,
     "ablation_unshaped": lambda: ablation("learn_crafter_ablation_unshaped.json"),
     "crafter_reading_unshaped": lambda: crafter_reading("learn_crafter_ablation_unshaped.json"),
     "crafter_unshaped": lambda: crafter("learn_crafter_unshaped.json"),
