@@ -662,9 +662,12 @@ TECH_TREE_LEVERS: list[tuple[str, tuple[str, ...], str]] = [
     ("no action list in the prompt (the observation last)", ("learn_crafter_no_action_list.json",),
      "still blind: no gain"),
     ("the critic on the actor's network (value_coef 0.5)", ("learn_crafter_shared_critic.json",),
-     "reads a little; the routine made reliable, the best return"),
+     "reads a little (seed 1 most); the routine made reliable, the best returns"),
+    ("the same at 3x the budget", ("learn_crafter_shared_critic_long.json",), "no further"),
     ("the same, the bonus on the mean answer (0.03) and 0.01 per turn", ("learn_crafter_shared_critic_answer.json",),
      "reads a little; wood lost"),
+    ("the critic on the actor's network, the routine unpaid, the potential", ("learn_crafter_shared_critic_unroutine.json",),
+     "the broadest: first stone, furnace, a stone pickaxe; still nearly blind"),
 ]  # fmt: skip
 TECH_TREE_RATES = ("collect_wood", "place_table", "collect_drink", "make_wood_pickaxe")
 
