@@ -130,7 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import torch
 
     from verlog.config import load_config
-    from verlog.runkit.folder import checkpoint_dir, latest_checkpoint
+    from verlog.runkit.folder import CONFIG_FILE, checkpoint_dir, latest_checkpoint
 
     torch.set_num_threads(1)
     if not args.runs:
@@ -141,17 +141,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         args.runs = [Path(e["run_dir"]) for e in json.loads(results.read_text())["seeds"]]
     labels = _judged_as(args.out)
-    missing = [str(run) for run in args.runs if not (run / "config.toml").is_file()]
+    missing = [str(run) for run in args.runs if not (run / CONFIG_FILE).is_file()]
     if missing:
         raise SystemExit(
-            f"not run folders (no config.toml): {', '.join(missing)}; runs/ of the machine that trained them"
+            f"not run folders (no {CONFIG_FILE}): {', '.join(missing)}; runs/ of the machine that trained them"
         )
     entries = {}
     for run in args.runs:
         newest = latest_checkpoint(run)
         if newest is None:
             raise SystemExit(f"{run}: no checkpoint to probe (checkpoints/NNNNNN)")
-        config = load_config(run / "config.toml")
+        config = load_config(run / CONFIG_FILE)
         found = {}
         for checkpoint in sorted({checkpoint_dir(run) / "000000", newest}):
             if checkpoint.is_dir():

@@ -133,6 +133,8 @@ def ppo_update(
     critics = [] if critic is None else [critic]  # what to train besides the actor
     for model in critics:
         model.train()
+    stepped = [actor_optimizer] if train_actor or models.shared else []  # a shared decoder: pre-training too
+    optimizers = stepped + ([critic_optimizer] if critics else [])
     for _ in range(config.epochs):
         for minibatch in storage.minibatches(num_minibatches, config.micro_batch_tokens, limit=limit):
             count = sum(float(mb.batch.response_mask.sum()) for mb in minibatch)
@@ -145,9 +147,6 @@ def ppo_update(
                     norms["losses/grad_norm"] = _norm(accelerators.actor, actor, config.max_grad_norm)
                 for model in critics:
                     norms["losses/critic_grad_norm"] = _norm(accelerators.critic, model, config.max_grad_norm)
-            # a critic on the actor's decoder: the actor's optimiser steps that decoder, in critic pre-training too
-            stepped = train_actor or models.shared
-            optimizers = ([actor_optimizer] if stepped else []) + ([critic_optimizer] if critics else [])
             if accelerators.deepspeed:  # DeepSpeed stepped (or skipped) inside the last backward
                 finite = finite and not any(getattr(o, "step_was_skipped", False) for o in optimizers)
             elif finite:
@@ -173,8 +172,7 @@ def ppo_update(
         metrics[key] = value / steps if key.endswith("grad_norm") else value / max(tokens, 1.0)
     if train_actor:
         metrics["charts/entropy_coef"] = config.entropy_coef
-    metrics["losses/skipped_steps"] = float(skipped)
-    metrics["losses/optimizer_steps"] = float(steps)
+    metrics.update({"losses/skipped_steps": float(skipped), "losses/optimizer_steps": float(steps)})
     return metrics
 
 
