@@ -185,13 +185,9 @@ def build_models(dist: Any, config: Config, lora: LoraSpec | None) -> Models:
         actor_optimizer = adamw(actor, ppo.actor_lr, ppo.weight_decay)
         if dist.deepspeed:
             actor, actor_optimizer = dist.actor.prepare(actor, actor_optimizer)
-    if (
-        config.algo.critic and model.critic_shares_actor
-    ):  # a head on the actor's decoder: the head alone is new
+    if config.algo.critic and model.critic_shares_actor:  # a head on the actor's decoder, the head alone new
         critic = ValueHeadModel(actor.get_decoder())
-        critic_optimizer = torch.optim.AdamW(
-            critic.score.parameters(), lr=ppo.critic_lr, weight_decay=ppo.weight_decay
-        )
+        critic_optimizer = adamw(critic.score, ppo.critic_lr, ppo.weight_decay)
     else:
         critic, critic_optimizer = _critic(dist, config, lora) if config.algo.critic else (None, None)
     if not dist.deepspeed:

@@ -41,6 +41,7 @@ __all__ = [
     "collate_shared",
     "critic_values",
     "shared_prompt_logprobs",
+    "values_through",
     "with_trunk_states",
 ]
 
@@ -238,6 +239,11 @@ class Trunk:
         if not self.critic_on_trunk:
             return critic_values(critic, batch)
         return critic_values(TopLayers(critic, 0), self.states(batch))
+
+
+def values_through(critic: nn.Module, batch: Batch, trunk: Trunk | None) -> Tensor:
+    """:func:`critic_values`, read through ``trunk`` when there is one (it knows whether the critic sits on it)."""
+    return critic_values(critic, batch) if trunk is None else trunk.critic_values(critic, batch)
 
 
 def actor_logprobs(

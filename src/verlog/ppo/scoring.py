@@ -18,7 +18,15 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from verlog.ppo.forward import Batch, Trunk, actor_logprobs, collate, critic_values, shared_prompt_logprobs
+from verlog.ppo.forward import (
+    Batch,
+    Trunk,
+    actor_logprobs,
+    collate,
+    critic_values,
+    shared_prompt_logprobs,
+    values_through,
+)
 from verlog.ppo.storage import SharedMicroBatch, TurnStorage, pack_by_tokens
 
 if TYPE_CHECKING:  # the bundle's type only
@@ -48,7 +56,7 @@ def state_values(
     groups = pack_by_tokens([(len(p), 0) for p in prompts], max_tokens)
     for group in groups:
         batch = collate([prompts[i] for i in group], [[] for _ in group], pad_id).to(device)
-        values[group] = _critic_values(critic, batch, trunk)[:, 0].cpu()
+        values[group] = values_through(critic, batch, trunk)[:, 0].cpu()
     for _ in range(_padding(common_count, len(groups))):
         critic_values(critic, _idle_batch(pad_id, device))
     return values
@@ -112,7 +120,7 @@ def score(
             if keep:
                 storage.keep_trunk_states(micro.rows, batch)
         if critic is not None:
-            values = _critic_values(critic, batch, trunk).cpu()
+            values = values_through(critic, batch, trunk).cpu()
             storage.token_values[ts, ns] = 0.0
             storage.token_values[ts, ns, :r_len] = values[:, :r_len] * mask
             storage.values[ts, ns] = values[:, 0]
@@ -129,12 +137,6 @@ def score(
         _bootstrap_values(
             storage, critic, max_tokens=max_tokens, device=device, common_count=common_count, trunk=trunk
         )
-
-
-def _critic_values(critic: nn.Module, batch: Batch, trunk: Trunk | None) -> torch.Tensor:
-    """The critic's values over ``batch``, through ``trunk`` when there is one (it knows whether the critic
-    reads the trunk's states)."""
-    return critic_values(critic, batch) if trunk is None else trunk.critic_values(critic, batch)
 
 
 def _bootstrap_values(

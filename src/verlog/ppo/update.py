@@ -33,7 +33,7 @@ import torch
 from torch import Tensor, nn
 
 from verlog.config import PPOConfig
-from verlog.ppo.forward import Trunk, actor_answers, answer_information, critic_values
+from verlog.ppo.forward import Trunk, actor_answers, answer_information, values_through
 from verlog.ppo.storage import MicroBatch, TurnStorage
 
 if TYPE_CHECKING:  # the bundle's type only: the loss does not depend on how the models are built
@@ -278,9 +278,7 @@ def _losses(
         batch = trunk.states(batch)  # kept by scoring, or run here once for the actor's top and the critic
     v_loss, parts = None, {}
     if critic is not None:
-        values = (critic_values(critic, batch) if trunk is None else trunk.critic_values(critic, batch))[
-            :, : batch.response_len
-        ]
+        values = values_through(critic, batch, trunk)[:, : batch.response_len]
         v_loss = value_loss(
             values,
             mb.old_values,
