@@ -272,6 +272,10 @@ class PPOConfig:
     """Updates over which the entropy bonus goes linearly from ``entropy_coef`` to ``entropy_coef_final`` (0 = constant ``entropy_coef``)."""
     answer_entropy_coef: float = 0.0
     """Bonus on the entropy of the mean first-answer distribution over each micro-batch's turns, H(mean): it keeps the mix of answers broad across states without keeping any one state's answer random, as the per-turn bonus (entropy_coef) does, so the policy can only follow the reward by answering differently in different states. losses/answer_information, logged always, is the answer's mutual information with the state, I(S; A) = H(mean) - mean H: 0 for a policy that plays one fixed mix of answers whatever it reads."""
+    reading_coef: float = 0.0
+    """Weight of an auxiliary reading loss at the answer's position: the same logits that answer must also name the prompt token that follows ``ppo.reading_after`` (Crafter: the word after "face", what the player faces), through the language-model head over the tokens the answer may NOT use (so the answer's distribution, renormalised over the actions, is left to the policy loss). Where the reward is too sparse for the policy gradient to teach a small model to read the observation, this target, present every turn, makes the answer's state carry what is read (as UNREAL's auxiliary tasks). Needs sampling.constrain = "actions". losses/reading_loss and losses/reading_accuracy are logged."""
+    reading_after: str = ""
+    """The prompt word whose next token is the reading loss's target (the last occurrence in each prompt; a turn whose prompt lacks it has no target). Needed when ppo.reading_coef > 0."""
     value_coef: float = 1.0
     """Weight of the value loss in the critic's backward: with model.critic_shares_actor, how much the value loss moves the shared decoder against the policy loss (CleanRL's vf_coef, 0.5); with a critic of its own, only its scale before gradient clipping."""
     value_clip: float = 0.5

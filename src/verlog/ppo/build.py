@@ -43,6 +43,7 @@ from verlog.models.weights import full_weights
 from verlog.ppo.calibration import BootstrapCalibration
 from verlog.ppo.forward import Trunk
 from verlog.ppo.group_rollout import Brancher, GroupRollout, branch_width
+from verlog.ppo.reading import marker_ids
 from verlog.ppo.rollout import Rollout
 from verlog.ppo.storage import GroupStorage, TurnStorage
 from verlog.runkit.distributed import from_main_process
@@ -68,6 +69,9 @@ class Models:
     #: ``model.critic_shares_actor``: the critic is a head on the actor's decoder, whose parameters the actor's
     #: optimiser steps (with both losses' gradients); the critic's optimiser holds the head alone.
     shared: bool = False
+    #: ``ppo.reading_coef``: the token ids of ``ppo.reading_after``, the word whose next token the answer's
+    #: position is also trained to name (:mod:`verlog.ppo.reading`); empty: no reading loss.
+    reading_marker: tuple[int, ...] = ()
 
 
 @dataclass
@@ -115,6 +119,8 @@ def load_learner(config: Config, dist: Any, lora: LoraSpec | None) -> Learner:
         else None
     )
     built.append(build_models(dist, config, lora))
+    if config.ppo.reading_coef > 0:
+        built[0].reading_marker = marker_ids(tokenizer, config.ppo.reading_after)
     set_seed(config.run.seed + accelerator.process_index)
     sampler: Sampler = vllm or TransformersSampler(
         accelerator.unwrap_model(built[0].actor),

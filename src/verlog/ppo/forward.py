@@ -257,17 +257,20 @@ def actor_logprobs(
     )
 
 
-def actor_answers(model: nn.Module, batch: Batch, temperature: float = 1.0) -> tuple[Tensor, Tensor, Tensor]:
-    """:func:`actor_logprobs` with the entropy, and the whole distribution ``[B, V]`` of each row's first answer
+def actor_answers(
+    model: nn.Module, batch: Batch, temperature: float = 1.0
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """:func:`actor_logprobs` with the entropy, the whole distribution ``[B, V]`` of each row's first answer
     token (over the allowed tokens under a constraint): what the policy would answer in each state, for the
-    answer's mutual information with the state (:func:`answer_information`)."""
+    answer's mutual information with the state (:func:`answer_information`), and that position's logits over
+    the whole vocabulary (for the reading loss, :mod:`verlog.ppo.reading`)."""
     logits = _response_logits(model, batch, temperature)
     logprobs, entropy = _logprobs(logits, batch.response_ids, batch.allowed, with_entropy=True)
     first = logits[:, 0]
     if batch.allowed is not None:
         first = first.masked_fill(~batch.allowed[:, 0, : first.shape[-1]], -torch.inf)
     assert entropy is not None
-    return logprobs, entropy, torch.softmax(first, dim=-1)
+    return logprobs, entropy, torch.softmax(first, dim=-1), logits[:, 0]
 
 
 def answer_information(first: Tensor, rows: Tensor) -> tuple[Tensor, Tensor]:

@@ -34,6 +34,7 @@ from torch import Tensor, nn
 
 from verlog.config import PPOConfig
 from verlog.ppo.forward import Trunk, actor_answers, answer_information, values_through
+from verlog.ppo.reading import reading_loss, reading_targets
 from verlog.ppo.storage import MicroBatch, TurnStorage
 
 if TYPE_CHECKING:  # the bundle's type only: the loss does not depend on how the models are built
@@ -139,7 +140,16 @@ def ppo_update(
         for minibatch in storage.minibatches(num_minibatches, config.micro_batch_tokens, limit=limit):
             count = sum(float(mb.batch.response_mask.sum()) for mb in minibatch)
             step_sums, finite = _accumulate(
-                minibatch, count, actor, critic, config, accelerators, temperature, train_actor, models.trunk
+                minibatch,
+                count,
+                actor,
+                critic,
+                config,
+                accelerators,
+                temperature,
+                train_actor,
+                models.trunk,
+                models.reading_marker,
             )
             norms = {}
             if finite or accelerators.deepspeed:
@@ -223,6 +233,7 @@ def _accumulate(
     temperature: float,
     train_actor: bool,
     trunk: Trunk | None,
+    marker: tuple[int, ...] = (),
 ) -> tuple[dict[str, float], bool]:
     """Backward every micro-batch of one minibatch; return the loss sums and whether every process's losses
     were finite."""
@@ -242,7 +253,7 @@ def _accumulate(
                 if train_actor:
                     stack.enter_context(accelerators.actor.no_sync(actor))
             critic_loss, actor_loss, parts = _losses(
-                mb, actor, critic, config, temperature, train_actor, trunk
+                mb, actor, critic, config, temperature, train_actor, trunk, marker
             )
             finite = finite and all(bool(torch.isfinite(v)) for v in parts.values())
             if last:
@@ -267,11 +278,13 @@ def _losses(
     temperature: float,
     train_actor: bool,
     trunk: Trunk | None = None,
+    marker: tuple[int, ...] = (),
 ) -> tuple[Tensor | None, Tensor | None, dict[str, Tensor]]:
     """The micro-batch's critic and actor loss token sums (None for a model that is not trained), and the
     parts that become metrics. With a ``trunk`` the actor runs its top layers alone, from the states scoring
     kept (or, past the cache's budget, from the trunk run again here, without gradients), and so does a critic
-    that sits on the trunk (``ppo.trunk_critic``)."""
+    that sits on the trunk (``ppo.trunk_critic``). ``marker``: the reading loss's marker word's ids
+    (:mod:`verlog.ppo.reading`), when ``ppo.reading_coef`` is on."""
     mask = mb.batch.response_mask
     batch = mb.batch
     if trunk is not None and (train_actor or (critic is not None and trunk.critic_on_trunk)):
@@ -290,7 +303,9 @@ def _losses(
         parts["losses/value_loss"] = v_loss
     if not train_actor:
         return v_loss, None, parts
-    logprobs, entropy, first = actor_answers(actor if trunk is None else trunk.top, batch, temperature)
+    logprobs, entropy, first, first_logits = actor_answers(
+        actor if trunk is None else trunk.top, batch, temperature
+    )
     pg_loss, clip_count, approx_kl = policy_loss(
         logprobs,
         mb.old_logprobs,
@@ -315,4 +330,10 @@ def _losses(
         }
     )
     bonus = config.entropy_coef * entropy_sum + config.answer_entropy_coef * answer_entropy * tokens
-    return v_loss, pg_loss - bonus, parts
+    if not (marker and config.reading_coef > 0):
+        return v_loss, pg_loss - bonus, parts
+    targets = reading_targets(batch.input_ids, batch.prompt_len, marker)
+    allowed = None if batch.allowed is None else batch.allowed[:, 0]
+    reading, correct, _ = reading_loss(first_logits, targets, mask[:, 0], allowed)
+    parts.update({"losses/reading_loss": reading, "losses/reading_accuracy": correct})
+    return v_loss, pg_loss - bonus + config.reading_coef * reading, parts
