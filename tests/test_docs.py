@@ -162,6 +162,22 @@ def test_crafter_achievement_rates_show_every_seed_with_its_standard_error(
     assert "| eat_cow | 0 ± 0 % | 0 ± 0 % | 100 % | 0 ± 0 % |" in results.crafter_achievements("crafter.json")
 
 
+def test_a_lever_run_stopped_before_its_budget_says_how_far_it_got(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run stopped by a signal is judged like a finished one; its row must not pass for the full budget."""
+    judged = {"crafter_score": 2.0, "return": 2.0, "achievement_rates": {}}
+    entry = {"random": judged, "trained": judged, "untrained": judged}
+    data = {"seeds": [
+        {**entry, "seed": 1, "updates": 30, "config": {"run": {"total_updates": 78}}},  # before the flag existed
+        {**entry, "seed": 2, "updates": 78, "planned_updates": 78, "stopped_early": False},
+    ]}  # fmt: skip
+    (tmp_path / "learn_crafter.json").write_text(json.dumps(data))
+    monkeypatch.setattr(results, "RESULTS", tmp_path)
+    row = results.tech_tree_levers([("a lever", ("learn_crafter.json",), "what it did")]).splitlines()[-1]
+    assert row.startswith("| a lever | 1 (stopped at 30 of 78) 2 |")
+
+
 def test_crafter_tables_show_the_score_beside_old_entries_and_the_published_rows(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -356,6 +356,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
 
     turns = int(records[-1].get("global_step", 0))
+    if len(records) < config.run.total_updates:  # stopped by a signal or a time limit: judged, and said so
+        console.print(f"[yellow]the run stopped at update {len(records)} of {config.run.total_updates}: "
+                      "this is the judgement of that checkpoint, marked stopped_early in the results[/yellow]")  # fmt: skip
     record = {
         "variant": args.variant,
         "seed": config.run.seed,
@@ -369,6 +372,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "train_s": train_s,
         "wall_s": wall,
         "updates": len(records),
+        "planned_updates": config.run.total_updates,
+        "stopped_early": len(records) < config.run.total_updates,
         "turns": turns,
         "updates_s": sum(r.get("time/total") or 0.0 for r in records),
         "episodes_trained": int(sum(r.get("charts/episodes") or 0 for r in records)),

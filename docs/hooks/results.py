@@ -657,7 +657,7 @@ TECH_TREE_LEVERS: list[tuple[str, tuple[str, ...], str]] = [
      "sapling and plant stay (Do on grass); no gain"),
     ("the same with the potential, the entropy bonus at 0.015", ("learn_crafter_unroutine_inv_e15.json",),
      "stops sleeping, dies sooner"),
-    ("the bonus on the mean answer, none per turn (stopped at update 30 of 78)",
+    ("the bonus on the mean answer, none per turn",
      ("learn_crafter_answer_entropy.json",), "blind; stopped once that showed"),
     ("no action list in the prompt (the observation last)", ("learn_crafter_no_action_list.json",),
      "still blind: no gain"),
@@ -677,6 +677,17 @@ def _per_seed(runs: list[list[dict[str, Any]]], key: str) -> str:
     return ", ".join(" / ".join(f"{e['trained'][key]:.2f}" for e in entries) for entries in runs)
 
 
+def _seed_label(entry: Mapping[str, Any]) -> str:
+    """A seed, and how far its run got when it stopped before its planned updates."""
+    planned = entry.get("planned_updates") or entry.get("config", {}).get("run", {}).get("total_updates")
+    done = entry.get("updates")
+    return (
+        f"{entry['seed']} (stopped at {done} of {planned})"
+        if planned and done and done < planned
+        else str(entry["seed"])
+    )
+
+
 def tech_tree_levers(levers: Iterable[tuple[str, tuple[str, ...], str]] = TECH_TREE_LEVERS) -> str:
     """One row per lever: its seeds' Crafter scores and returns (files apart by a comma), and the tech tree's first
     rates as a mean over those seeds."""
@@ -691,7 +702,7 @@ def tech_tree_levers(levers: Iterable[tuple[str, tuple[str, ...], str]] = TECH_T
             f"{100 * statistics.fmean(b.get('achievement_rates', {}).get(a, 0.0) for b in every):.0f} %"
             for a in TECH_TREE_RATES
         ]
-        labels = ", ".join(" ".join(str(e["seed"]) for e in entries) for entries in runs)
+        labels = ", ".join(" ".join(_seed_label(e) for e in entries) for entries in runs)
         rows.append(
             [lever, labels, _per_seed(runs, "crafter_score"), _per_seed(runs, "return"), *rates, reading]
         )
