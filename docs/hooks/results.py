@@ -668,6 +668,10 @@ TECH_TREE_LEVERS: list[tuple[str, tuple[str, ...], str]] = [
      "reads a little; wood lost"),
     ("the critic on the actor's network, the routine unpaid, the potential", ("learn_crafter_shared_critic_unroutine.json",),
      "the broadest: first stone, furnace, a stone pickaxe; still nearly blind"),
+    ("a reading loss: the answer's position also names what the player faces", ("learn_crafter_reading.json",),
+     "reads (Do 0.91 facing a tree, 0.19 on grass); seed 1 the best yet, seeds 2 and 3 tables but no further"),
+    ("the reading with the shared critic, the routine unpaid, the potential",
+     ("learn_crafter_shared_critic_unroutine_reading.json",), "reads; the most wood and tables, lower return"),
 ]  # fmt: skip
 TECH_TREE_RATES = ("collect_wood", "place_table", "collect_drink", "make_wood_pickaxe")
 
