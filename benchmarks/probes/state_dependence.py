@@ -11,7 +11,8 @@ faces. Two figures say how much the answer depends on the state:
 - per situation (what the player faces), the mean distribution's top actions: a reading policy chops (Do) facing
   a tree far more often than facing grass.
 
-Figures go to ``benchmarks/results/state_dependence.json`` (one entry per run folder, the latest probe of each).
+Any tiny-model run whose actions are one token each can be probed (BabaIsAI's mix too); the situations, and
+P(Do), are Crafter's. Figures go to ``benchmarks/results/state_dependence.json`` (one entry per run folder, the latest probe of each).
 
     nox -s probe_state_dependence                  # the run folders of learn_crafter.json's seeds
     python -m benchmarks.probes.state_dependence [RUN ...] [--stem learn_crafter] [--episodes 6]
@@ -91,7 +92,7 @@ def probe(checkpoint: Path, config: Any, *, episodes: int, steps: int, seed: int
         top = np.argsort(-p)[:3]
         situations[label] = {
             "states": int(mask.sum()),
-            "do": float(p[actions.index("Do")]),
+            "do": float(p[actions.index("Do")]) if "Do" in actions else None,
             "top": [[actions[i], float(p[i])] for i in top],
         }
     return {
@@ -118,7 +119,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("runs", nargs="*", type=Path, help="run folders of tiny-model Crafter runs")
+    parser.add_argument(
+        "runs", nargs="*", type=Path, help="run folders of tiny-model runs with one-token actions"
+    )
     parser.add_argument("--stem", default="learn_crafter", help="without RUN: the seeds of this results file")
     parser.add_argument("--episodes", type=int, default=6)
     parser.add_argument("--steps", type=int, default=250, help="turns per episode at most")
