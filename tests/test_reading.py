@@ -51,6 +51,12 @@ def test_the_loss_leaves_the_answers_own_tokens_alone() -> None:
     assert torch.equal(logits.grad[:, :2], torch.zeros(3, 2))  # the answer's logits get nothing
     assert logits.grad[0, 3].item() < 0 and torch.equal(logits.grad[1:], torch.zeros(2, 6))
     assert correct.item() == float(logits[0, 2:].argmax().item() == 1)
+    everything = torch.randn(2, 4, requires_grad=True)  # a row whose every token may answer (free reasoning)
+    loss, _, count = reading_loss(
+        everything, torch.tensor([1, 2]), torch.ones(2), torch.ones(2, 4, dtype=torch.bool)
+    )
+    loss.backward()
+    assert count.item() == 0.0 and torch.isfinite(everything.grad).all() and not everything.grad.any()
 
 
 def test_a_reading_run_logs_the_loss_and_learns_to_name_the_word(words: Path, tmp_path: Path) -> None:

@@ -65,6 +65,7 @@ def reading_loss(
     if allowed is not None:
         usable &= ~allowed.gather(1, safe[:, None]).squeeze(1)
     weight = usable.float()
-    loss = F.cross_entropy(logits, safe, reduction="none").masked_fill(~usable, 0.0)
+    logits = torch.where(usable[:, None], logits, 0.0)  # a row without a target: finite, so no NaN gradient
+    loss = F.cross_entropy(logits, safe, reduction="none") * weight
     correct = (logits.argmax(-1) == safe).float() * weight
     return (loss * weight).sum(), correct.sum(), weight.sum()
