@@ -80,7 +80,7 @@ def test_every_preset_is_in_readme_and_on_the_presets_page() -> None:
 
 # --------------------------------------------------------------------------------------------- results
 #: Renderers that write sentences, not a table.
-READINGS = ("crafter_reading", "crafter_reading_free", "crafter_reading_unshaped")
+READINGS = ("crafter_reading_before_reading", "crafter_reading_free", "crafter_reading_unshaped")
 #: Renderers that write one sentence with its figures.
 SENTENCES = ("crafter_speed", "gpu_check_summary")
 

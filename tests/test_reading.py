@@ -82,7 +82,7 @@ def test_a_reading_run_logs_the_loss_and_learns_to_name_the_word(words: Path, tm
 
 def test_settings_where_the_reading_cannot_work_are_refused(words: Path) -> None:
     with pytest.raises(ConfigError, match="needs ppo.reading_after"):
-        validate(load_config(ROOT / "envs" / "learn_crafter.toml", ["ppo.reading_coef=1.0"]))
+        validate(load_config(None, ["model.path=m", "sampling.constrain=actions", "ppo.reading_coef=1.0"]))
     with pytest.raises(ConfigError, match='needs sampling.constrain = "actions"'):
         validate(load_config(None, ["model.path=m", "ppo.reading_coef=1.0", "ppo.reading_after=face"]))
     with pytest.raises(ConfigError, match="reading_coef must be >= 0"):

@@ -1,7 +1,7 @@
 """What each turn-level piece buys on long episodes: the Crafter demonstration with one piece taken out at a time.
 
     nox -s ablation_crafter                                   # every variant x seeds 1 2 3, missing cells only
-    python -m benchmarks.demos.ablation_crafter [--seeds 1 2 3] [--variants grpo gigpo] [--turns 40960] [--table]
+    python -m benchmarks.demos.ablation_crafter [--seeds 1 2 3] [--variants grpo gigpo] [--turns 120832] [--table]
 
 Variants (``learn_crafter.VARIANTS``), each trained from the preset (``envs/learn_crafter.toml``: answers
 constrained to the valid actions, entropy bonus 0.03) for the same number of turns played (``run.total_turns``,
@@ -128,7 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--variants", nargs="+", choices=sorted(VARIANTS), default=list(ABLATION))
     parser.add_argument("--stem", default=STEM, help=f"results file name (default {STEM})")
-    parser.add_argument("--turns", type=int, default=40_960, help="turns played per run, every variant")
+    parser.add_argument("--turns", type=int, default=120_832, help="turns played per run, every variant")
     parser.add_argument("--force", action="store_true", help="rerun cells already in the results file")
     parser.add_argument("--table", action="store_true", help="only print the table from the results file")
     parser.add_argument("--out", type=Path, default=RESULTS)

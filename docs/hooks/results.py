@@ -58,8 +58,9 @@ OTHER_RECIPES: list[tuple[str, str]] = [
     ("learn_babaisai.json", "BabaIsAI goto_win ×5, PPO + shaping (attempt 3)"),
     ("learn_babaisai_goto_win.json", "BabaIsAI goto_win alone, PPO (attempt 6)"),
     ("learn_babaisai_gigpo.json", "BabaIsAI goto_win, GiGPO (attempts 8, 12, 14, 15)"),
-    ("learn_crafter_unshaped.json", "learn_crafter without the breadth shaping: the preset before"),
-    ("learn_crafter_free.json", "learn_crafter free (no constraint), entropy 0.01: the preset before that"),
+    ("learn_crafter_before_reading.json", "learn_crafter without the reading loss: the preset before"),
+    ("learn_crafter_unshaped.json", "learn_crafter without the breadth shaping: the preset before that"),
+    ("learn_crafter_free.json", "learn_crafter free (no constraint), entropy 0.01: an earlier preset"),
     ("learn_crafter_constrained.json", "learn_crafter at entropy 0.01 (`nox -s learn_crafter_constrained`)"),
     (
         "learn_crafter_constrained_critic.json",
@@ -638,7 +639,8 @@ def crafter_reading(name: str = "learn_crafter_ablation.json") -> str:
 #: docs/log.md). The figures come from the files.
 TECH_TREE_LEVERS: list[tuple[str, tuple[str, ...], str]] = [
     ("the preset without shaping", ("learn_crafter_unshaped.json",), "sapling, plant, sleep, some wood"),
-    ("the breadth shaping (the preset)", ("learn_crafter.json",), "the broadest on the mean"),
+    ("the breadth shaping (the preset before the reading)", ("learn_crafter_before_reading.json",),
+     "the broadest on the mean, blind"),
     ("+ the inventory as a potential", ("learn_crafter_inventory.json",), "more tables on one seed; level on the mean"),
     ("breadth paid by the score's gradient (the routine at 0.6)", ("learn_crafter_breadth.json",),
      "gives up sleep: the score holds, the return falls"),
@@ -672,6 +674,8 @@ TECH_TREE_LEVERS: list[tuple[str, tuple[str, ...], str]] = [
      "reads (Do 0.91 facing a tree, 0.19 on grass); seed 1 the best yet, seeds 2 and 3 tables but no further"),
     ("the reading with the shared critic, the routine unpaid, the potential",
      ("learn_crafter_shared_critic_unroutine_reading.json",), "reads; the most wood and tables, lower return"),
+    ("the reading at 3x the budget (the preset)", ("learn_crafter.json",),
+     "reads; wood and a table on every seed, pickaxes on all three"),
 ]  # fmt: skip
 TECH_TREE_RATES = ("collect_wood", "place_table", "collect_drink", "make_wood_pickaxe")
 
@@ -734,7 +738,9 @@ def state_dependence(name: str = "state_dependence.json") -> str:
         do = [f"{faced[k]['do']:.2f}" if k in faced else "" for k in ("tree", "water", "grass")]
         top = ", ".join(f"{a} {p:.2f}" for a, p in faced.get("tree", {}).get("top", []))
         information = [f"{b['mutual_information']:.4f}" if b else "" for b in (untrained, trained)]
-        rows.append([run, f"{trained.get('states', 0):,}", *information, *do, top])
+        stem, _, seed = run.partition(", ")  # a long results stem may wrap between its words
+        label = f"{_recipe(stem)}, {seed}" if seed else run
+        rows.append([label, f"{trained.get('states', 0):,}", *information, *do, top])
     header = ["run", "states", "I(S; A) untrained", "trained", "P(Do) facing a tree", "water", "grass",
               "top answers facing a tree"]  # fmt: skip
     return table(header, rows)
@@ -1204,8 +1210,10 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "crafter_real_achievements": lambda: crafter_achievements("learn_crafter_real.json"),
     "long_prompts": long_prompts,
     "crafter_achievements": crafter_achievements,
-    "ablation": ablation,
-    "crafter_reading": crafter_reading,
+    "ablation_before_reading": lambda: ablation("learn_crafter_ablation_before_reading.json"),
+    "crafter_reading_before_reading": lambda: crafter_reading("learn_crafter_ablation_before_reading.json"),
+    "crafter_before_reading": lambda: crafter("learn_crafter_before_reading.json"),
+    "crafter_before_reading_achievements": lambda: crafter_achievements("learn_crafter_before_reading.json"),
     "tech_tree_levers": tech_tree_levers,
     "state_dependence": state_dependence,
     "ablation_unshaped": lambda: ablation("learn_crafter_ablation_unshaped.json"),
