@@ -14,7 +14,7 @@ import torch
 from verlog.config import ConfigError, load_config
 from verlog.models.loading import load_tokenizer
 from verlog.models.tiny import build_tiny
-from verlog.ppo.reading import marker_ids, reading_loss, reading_targets
+from verlog.ppo.update import marker_ids, reading_loss, reading_targets
 from verlog.runkit.validate import validate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -83,7 +83,7 @@ def test_a_reading_run_logs_the_loss_and_learns_to_name_the_word(words: Path, tm
 def test_settings_where_the_reading_cannot_work_are_refused(words: Path) -> None:
     with pytest.raises(ConfigError, match="needs ppo.reading_after"):
         validate(load_config(None, ["model.path=m", "sampling.constrain=actions", "ppo.reading_coef=1.0"]))
-    with pytest.raises(ConfigError, match='needs sampling.constrain = "actions"'):
+    with pytest.raises(ConfigError, match='and sampling.constrain = "actions"'):
         validate(load_config(None, ["model.path=m", "ppo.reading_coef=1.0", "ppo.reading_after=face"]))
     with pytest.raises(ConfigError, match="reading_coef must be >= 0"):
         validate(load_config(None, ["model.path=m", "ppo.reading_coef=-1.0"]))

@@ -43,9 +43,9 @@ from verlog.models.weights import full_weights
 from verlog.ppo.calibration import BootstrapCalibration
 from verlog.ppo.forward import Trunk
 from verlog.ppo.group_rollout import Brancher, GroupRollout, branch_width
-from verlog.ppo.reading import marker_ids
 from verlog.ppo.rollout import Rollout
 from verlog.ppo.storage import GroupStorage, TurnStorage
+from verlog.ppo.update import marker_ids
 from verlog.runkit.distributed import from_main_process
 from verlog.sampling import ActionConstraint, Sampler, TransformersSampler, select_backend, valid_actions
 from verlog.sampling.constrain import action_constraint
@@ -70,7 +70,7 @@ class Models:
     #: optimiser steps (with both losses' gradients); the critic's optimiser holds the head alone.
     shared: bool = False
     #: ``ppo.reading_coef``: the token ids of ``ppo.reading_after``, the word whose next token the answer's
-    #: position is also trained to name (:mod:`verlog.ppo.reading`); empty: no reading loss.
+    #: position is also trained to name (:func:`~verlog.ppo.update.reading_loss`); empty: no reading loss.
     reading_marker: tuple[int, ...] = ()
 
 

@@ -263,7 +263,7 @@ def actor_answers(
     """:func:`actor_logprobs` with the entropy, the whole distribution ``[B, V]`` of each row's first answer
     token (over the allowed tokens under a constraint): what the policy would answer in each state, for the
     answer's mutual information with the state (:func:`answer_information`), and that position's logits over
-    the whole vocabulary (for the reading loss, :mod:`verlog.ppo.reading`)."""
+    the whole vocabulary (for the reading loss, :func:`~verlog.ppo.update.reading_loss`)."""
     logits = _response_logits(model, batch, temperature)
     logprobs, entropy = _logprobs(logits, batch.response_ids, batch.allowed, with_entropy=True)
     first = logits[:, 0]

@@ -13,6 +13,13 @@ Accumulation goes through accelerate: every micro-batch but the last runs under 
 with several processes every forward pass is collective, so each process runs as many micro-batches as the
 one with the most (the extra ones repeat a micro-batch with zero weight).
 
+The reading loss (``ppo.reading_coef``, :func:`reading_loss`) is an auxiliary target at the answer's position:
+the same logits that answer must also name the prompt token after a marker word (Crafter: the word after "face"),
+over the tokens the answer may NOT use, so the constrained answer's distribution is left to the policy loss. Why: a
+small model trained from scratch by the policy gradient alone can answer with one fixed mix of actions whatever it
+reads (``losses/answer_information`` = 0); the reading target is there every turn, whatever the reward, and is met
+only by an answer state that carries the observation, which the policy gradient can then use.
+
 Without a critic (a critic-free estimator, ``critic=None``) the same loop trains the actor alone: no value
 loss, no critic step, the advantages as the estimator left them in the storage.
 
@@ -27,20 +34,29 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from verlog.config import PPOConfig
 from verlog.ppo.forward import Trunk, actor_answers, answer_information, values_through
-from verlog.ppo.reading import reading_loss, reading_targets
 from verlog.ppo.storage import MicroBatch, TurnStorage
 
 if TYPE_CHECKING:  # the bundle's type only: the loss does not depend on how the models are built
     from verlog.ppo.build import Models
 
-__all__ = ["explained_variance", "policy_loss", "ppo_update", "value_loss"]
+__all__ = [
+    "explained_variance",
+    "marker_ids",
+    "policy_loss",
+    "ppo_update",
+    "reading_loss",
+    "reading_targets",
+    "value_loss",
+]
 
 #: log-ratios are clamped here before exp, so a wild token cannot overflow the ratio (verl does the same).
 MAX_LOG_RATIO = 20.0
@@ -140,16 +156,7 @@ def ppo_update(
         for minibatch in storage.minibatches(num_minibatches, config.micro_batch_tokens, limit=limit):
             count = sum(float(mb.batch.response_mask.sum()) for mb in minibatch)
             step_sums, finite = _accumulate(
-                minibatch,
-                count,
-                actor,
-                critic,
-                config,
-                accelerators,
-                temperature,
-                train_actor,
-                models.trunk,
-                models.reading_marker,
+                minibatch, count, actor, critic, config, accelerators, temperature, train_actor, models
             )
             norms = {}
             if finite or accelerators.deepspeed:
@@ -232,11 +239,10 @@ def _accumulate(
     accelerators: _Accelerators,
     temperature: float,
     train_actor: bool,
-    trunk: Trunk | None,
-    marker: tuple[int, ...] = (),
+    models: Models,
 ) -> tuple[dict[str, float], bool]:
     """Backward every micro-batch of one minibatch; return the loss sums and whether every process's losses
-    were finite."""
+    were finite. ``models`` gives the frozen trunk and the reading loss's marker, when there are."""
     total, runs = accelerators.totals(count, len(minibatch))
     scale = accelerators.world / max(total, 1.0)  # the data-parallel mean divides by the world size again
     sums: dict[str, float] = {}
@@ -253,7 +259,7 @@ def _accumulate(
                 if train_actor:
                     stack.enter_context(accelerators.actor.no_sync(actor))
             critic_loss, actor_loss, parts = _losses(
-                mb, actor, critic, config, temperature, train_actor, trunk, marker
+                mb, actor, critic, config, temperature, train_actor, models.trunk, models.reading_marker
             )
             finite = finite and all(bool(torch.isfinite(v)) for v in parts.values())
             if last:
@@ -284,7 +290,7 @@ def _losses(
     parts that become metrics. With a ``trunk`` the actor runs its top layers alone, from the states scoring
     kept (or, past the cache's budget, from the trunk run again here, without gradients), and so does a critic
     that sits on the trunk (``ppo.trunk_critic``). ``marker``: the reading loss's marker word's ids
-    (:mod:`verlog.ppo.reading`), when ``ppo.reading_coef`` is on."""
+    (:func:`reading_loss`), when ``ppo.reading_coef`` is on."""
     mask = mb.batch.response_mask
     batch = mb.batch
     if trunk is not None and (train_actor or (critic is not None and trunk.critic_on_trunk)):
@@ -337,3 +343,50 @@ def _losses(
     reading, correct, _ = reading_loss(first_logits, targets, mask[:, 0], allowed)
     parts.update({"losses/reading_loss": reading, "losses/reading_accuracy": correct})
     return v_loss, pg_loss - bonus + config.reading_coef * reading, parts
+
+
+def marker_ids(tokenizer: Any, word: str) -> tuple[int, ...]:
+    """The token ids ``word`` takes inside a prompt (after a space); a clear error when the vocabulary lacks it."""
+    ids = tuple(tokenizer(" " + word.strip(), add_special_tokens=False)["input_ids"])
+    unknown = getattr(tokenizer, "unk_token_id", None)
+    if not ids or (unknown is not None and unknown in ids):
+        raise ValueError(
+            f"ppo.reading_after = {word!r} is not in the model's vocabulary: name a word the observations hold"
+        )
+    return ids
+
+
+def reading_targets(input_ids: Tensor, prompt_len: int, marker: Sequence[int]) -> Tensor:
+    """``[B]``: the prompt token after the last occurrence of ``marker`` in each row's prompt (the first
+    ``prompt_len`` columns), or -1 where the prompt has none."""
+    rows, width = input_ids.shape[0], len(marker)
+    targets = torch.full((rows,), -1, dtype=torch.long, device=input_ids.device)
+    if prompt_len <= width:
+        return targets
+    windows = input_ids[:, : prompt_len - 1].unfold(1, width, 1)  # windows with a token after them
+    hits = (windows == torch.as_tensor(marker, device=input_ids.device)).all(-1)  # [B, starts]
+    found = hits.any(-1)
+    last = hits.shape[1] - 1 - hits.flip(-1).long().argmax(-1)
+    following = input_ids.gather(1, (last + width)[:, None]).squeeze(1)
+    return torch.where(found, following, targets)
+
+
+def reading_loss(
+    logits: Tensor, targets: Tensor, rows: Tensor, allowed: Tensor | None
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Sums over the rows with a target (``rows``: a 0/1 mask ``[B]``) of the cross-entropy of ``logits``
+    ``[B, V]`` naming ``targets`` among the tokens ``allowed`` ``[B, V]`` excludes, of the rows named right,
+    and the count of such rows. A target the answer itself may use is no target."""
+    vocab = logits.shape[-1]
+    if allowed is not None:
+        allowed = allowed[:, :vocab]
+        logits = logits.masked_fill(allowed, -torch.inf)
+    safe = targets.clamp(min=0, max=vocab - 1)
+    usable = (targets >= 0) & (targets < vocab) & (rows > 0)
+    if allowed is not None:
+        usable &= ~allowed.gather(1, safe[:, None]).squeeze(1)
+    weight = usable.float()
+    logits = torch.where(usable[:, None], logits, 0.0)  # a row without a target: finite, so no NaN gradient
+    loss = F.cross_entropy(logits, safe, reduction="none") * weight
+    correct = (logits.argmax(-1) == safe).float() * weight
+    return (loss * weight).sum(), correct.sum(), weight.sum()

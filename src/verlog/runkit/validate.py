@@ -101,18 +101,10 @@ def _numbers(config: Config) -> Iterator[str]:
         yield f"ppo.answer_entropy_coef must be >= 0 (0 = no bonus on the mean answer's entropy), got {ppo.answer_entropy_coef}"
     if ppo.reading_coef < 0:
         yield f"ppo.reading_coef must be >= 0 (0 = no reading loss), got {ppo.reading_coef}"
-    if ppo.reading_coef > 0 and not ppo.reading_after.strip():
-        yield 'ppo.reading_coef > 0 needs ppo.reading_after, the prompt word whose next token is the target (Crafter: "face")'
-    if ppo.reading_coef > 0 and config.sampling.constrain != "actions":
-        yield (
-            "ppo.reading_coef > 0 names a word among the tokens the answer may not use, so it needs "
-            'sampling.constrain = "actions" (free answers would learn to say that word): set it, or ppo.reading_coef=0'
-        )
+    if ppo.reading_coef > 0 and not (ppo.reading_after.strip() and config.sampling.constrain == "actions"):
+        yield 'ppo.reading_coef > 0 needs ppo.reading_after (the prompt word whose next token is the target; Crafter: "face") and sampling.constrain = "actions" (the target is a word the answer may not use; free answers would learn to say it): set both, or ppo.reading_coef=0'
     if ppo.entropy_anneal_updates < 0 or ppo.entropy_coef_final < 0:
-        yield (
-            "ppo.entropy_anneal_updates and ppo.entropy_coef_final must be >= 0, got "
-            f"{ppo.entropy_anneal_updates} and {ppo.entropy_coef_final}"
-        )
+        yield f"ppo.entropy_anneal_updates and ppo.entropy_coef_final must be >= 0, got {ppo.entropy_anneal_updates} and {ppo.entropy_coef_final}"
     milestones = ppo.actor_lr_milestones
     if any(m < 1 for m in milestones) or list(milestones) != sorted(set(milestones)):
         yield f"ppo.actor_lr_milestones must be increasing update numbers >= 1, got {list(milestones)}"
