@@ -389,4 +389,4 @@ def reading_loss(
     logits = torch.where(usable[:, None], logits, 0.0)  # a row without a target: finite, so no NaN gradient
     loss = F.cross_entropy(logits, safe, reduction="none") * weight
     correct = (logits.argmax(-1) == safe).float() * weight
-    return (loss * weight).sum(), correct.sum(), weight.sum()
+    return loss.sum(), correct.sum(), weight.sum()
