@@ -296,6 +296,40 @@ def test_termination_on_death(max_steps: int) -> None:
     check_text(env, text, info)
 
 
+def test_the_last_step_says_what_ended_the_episode() -> None:
+    """``info["end_reason"]`` on an episode's last step (and only there): an evaluation counts why its agent's
+    episodes end, so a return lost to early deaths shows what killed."""
+    env = make()
+    env.reset(seed=0)
+    player, world = env._env._player, env._env._world
+    assert "end_reason" not in env.step("Noop")[4]
+    # no drink, one health point, and the recovery counter one step from draining it
+    player.inventory["drink"], player.health, player._recover = 0, 1, -15
+    _, _, terminated, _, info = env.step("Noop")
+    assert terminated and info["end_reason"] == "thirst"
+
+    env.reset(seed=0)
+    player, world = env._env._player, env._env._world
+    front = tuple(int(v) for v in player.pos + np.array(player.facing))
+    _clear(world, front, "lava")
+    _, _, terminated, _, info = env.step("Move South")  # facing south at the start: into the lava
+    assert terminated and info["end_reason"] == "lava"
+
+    env.reset(seed=0)
+    player, world = env._env._player, env._env._world
+    _clear(world, front, "grass")
+    zombie = crafter.objects.Zombie(world, np.array(front), player)
+    world.add(zombie)
+    zombie.cooldown, player.health = 0, 2  # it strikes for 2 this step
+    _, _, terminated, _, info = env.step("Noop")
+    assert terminated and info["end_reason"] == "zombie"
+
+    env = make(max_steps=1)
+    env.reset(seed=0)
+    _, _, terminated, truncated, info = env.step("Noop")
+    assert (terminated, truncated, info["end_reason"]) == (False, True, "max_steps")
+
+
 def test_progression_after_collecting_wood() -> None:
     env = make()
     _, info = env.reset(seed=5)

@@ -44,6 +44,13 @@ def test_figures_are_per_episode_means_with_their_standard_errors(judge, tmp_pat
     assert f["crafter_score_se"] == cs.bootstrap_se([r["achievements"] for r in rows]) > 0
     assert f["crafter_score_se_method"] == cs.EPISODE_BOOTSTRAP
     assert f["success"] == 0.0 and f["success_se"] == 0.0
+    assert "ends" not in f  # these episodes do not say why they ended
+
+
+def test_figures_count_why_the_episodes_ended(judge, tmp_path: Path) -> None:
+    rows = [{**_episode(1.0, [], 150), "end_reason": reason} for reason in ("zombie", "thirst", "zombie")]
+    (tmp_path / "episodes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert judge.figures(tmp_path)["ends"] == {"zombie": 2, "thirst": 1}
 
 
 def _block(ret: float, ret_se: float, score: float, score_se: float, prog: float = 0.1) -> dict:

@@ -20,6 +20,7 @@ import json
 import math
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -77,6 +78,7 @@ def figures(folder: Path) -> dict[str, Any]:
     strict); the invalid-answer rate is pooled over turns, its SE over the per-episode rates (the turns of one
     episode are not independent). Crafter's episodes, which list their achievements, add the achievements per
     episode, each achievement's rate (those unlocked at least once) and Crafter's score with its bootstrap SE.
+    Episodes that say why they ended add the count of each reason (``ends``: Crafter's killer, or ``max_steps``).
     """
     rows = episodes(folder)
     n, turns = len(rows), sum(int(r["length"]) for r in rows)
@@ -99,6 +101,9 @@ def figures(folder: Path) -> dict[str, Any]:
         stats = crafter.crafter_stats([r["achievements"] for r in rows])
         result["achievement_rates"] = {a: v for a, v in stats.pop("achievement_rates").items() if v > 0}
         result.update(stats)
+    ends = Counter(r["end_reason"] for r in rows if r.get("end_reason"))
+    if ends:  # why the episodes ended, where the game says (Crafter: what killed, or the step cap)
+        result["ends"] = dict(ends.most_common())
     for name, values in columns.items():
         result[name], result[f"{name}_se"] = mean_se(values)
     return result

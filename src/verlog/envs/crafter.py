@@ -33,7 +33,7 @@ import numpy as np
 from crafter import constants
 
 from verlog.envs.base import TextEnv
-from verlog.envs.crafter_world import HeadlessCrafter
+from verlog.envs.crafter_world import HeadlessCrafter, death_cause
 
 __all__ = ["ACHIEVEMENTS", "ACTIONS", "CrafterTextEnv"]
 
@@ -222,7 +222,8 @@ class CrafterTextEnv(TextEnv):
     Observation: BALROG's text: vitals and inventory, then the nearest thing of each kind in the 9x7 window
     around the player with its distance and direction, then ``You face <name> at your front.``
     Reward: Crafter's: +1 per achievement first unlocked in the episode, ±0.1 per health point won or lost.
-    Episode end: death terminates; ``max_steps`` actions truncate (Crafter's own 10 000-step cap is off).
+    Episode end: death terminates; ``max_steps`` actions truncate (Crafter's own 10 000-step cap is off); the last
+    step's ``info["end_reason"]`` says which, and what killed (lava, zombie, hunger, thirst, fatigue, arrow).
     Progression: achievements unlocked in the episode / 22.
     """
 
@@ -389,6 +390,7 @@ class CrafterTextEnv(TextEnv):
         if self.inventory_potential:
             reward += (0.0 if terminated else self._worth()) - worth
         truncated = not terminated and self._env._step >= self.max_steps
+        end = death_cause(self._env) if terminated else "max_steps" if truncated else None
         semantic = crafter_info["semantic"]
         cell = tuple(int(v) for v in self._env._player.pos)
         novel = cell not in self._visited
@@ -398,7 +400,7 @@ class CrafterTextEnv(TextEnv):
             float(reward) + self.novelty_bonus * novel,
             terminated,
             truncated,
-            self._game_info(semantic, crafter_info["reward"]),
+            self._game_info(semantic, crafter_info["reward"], end),
         )
 
     def _worth(self) -> float:
@@ -427,8 +429,9 @@ class CrafterTextEnv(TextEnv):
         player = self._env._player
         return 0 if player is None else sum(1 for count in player.achievements.values() if count > 0)
 
-    def _game_info(self, semantic: np.ndarray, reward: float) -> dict[str, Any]:
-        """Crafter's own info fields (the same at reset), plus what BALROG's wrapper adds."""
+    def _game_info(self, semantic: np.ndarray, reward: float, end: str | None = None) -> dict[str, Any]:
+        """Crafter's own info fields (the same at reset), plus what BALROG's wrapper adds, and at an episode's end
+        why it ended (``end_reason``: :func:`~verlog.envs.crafter_world.death_cause`, or ``max_steps``)."""
         player = self._env._player
         dead = player.health <= 0
         return {
@@ -444,6 +447,7 @@ class CrafterTextEnv(TextEnv):
             "score": self._score(),
             "daylight": float(self._env._world.daylight),
             "cells_visited": len(self._visited),
+            **({"end_reason": end} if end else {}),
         }
 
     def _text(self, semantic: np.ndarray) -> str:

@@ -21,7 +21,29 @@ from typing import Any
 import crafter
 import numpy as np
 
-__all__ = ["HeadlessCrafter"]
+__all__ = ["HeadlessCrafter", "death_cause"]
+
+#: A zombie that strikes resets its cooldown to this (crafter's ``Zombie.update``), and counts it down only while
+#: it stays next to the player: next to the player with this cooldown, it struck in the step just run.
+_STRUCK = 5
+#: The vitals that drain health a point at a time when at zero, by the word for their lack.
+_LACKS = (("hunger", "food"), ("thirst", "drink"), ("fatigue", "energy"))
+
+
+def death_cause(env: crafter.Env) -> str:
+    """What killed the player in the step just run, so an evaluation can say why its episodes end: ``lava``
+    (walked into), ``zombie`` (one next to the player struck this step), else the vitals at zero that drain
+    health a point at a time (``hunger``, ``thirst``, ``fatigue``, joined by ``+``), else ``arrow`` (a skeleton's
+    arrow hits and vanishes, leaving nothing else to blame)."""
+    player, world = env._player, env._world
+    if world[player.pos][0] == "lava":
+        return "lava"
+    for obj in world.objects:
+        if isinstance(obj, crafter.objects.Zombie) and obj.distance(player) <= 1 and obj.cooldown == _STRUCK:
+            return "zombie"
+    awake = not player.sleeping  # asleep, energy at zero does not drain health
+    lacks = [word for word, vital in _LACKS if player.inventory[vital] <= 0 and (vital != "energy" or awake)]
+    return "+".join(lacks) or "arrow"
 
 
 class HeadlessCrafter(crafter.Env):

@@ -225,6 +225,8 @@ class _TaskEnvs:
             "progression": progression,
             "invalid_actions": int(info["invalid_actions"]),
             "terminated": bool(terminated),
+            # why it ended, where the game says (Crafter: what killed, or max_steps; BabaIsAI: win, defeat, ...)
+            **({"end_reason": info["end_reason"]} if info.get("end_reason") else {}),
             # Crafter's: the achievements this episode unlocked (per-achievement rates in the summary)
             **(
                 {"achievements": sorted(k for k, v in info["achievements"].items() if v)}
