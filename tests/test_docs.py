@@ -171,11 +171,13 @@ def test_a_lever_run_stopped_before_its_budget_says_how_far_it_got(
     data = {"seeds": [
         {**entry, "seed": 1, "updates": 30, "config": {"run": {"total_updates": 78}}},  # before the flag existed
         {**entry, "seed": 2, "updates": 78, "planned_updates": 78, "stopped_early": False},
+        # a budget in turns (the ablation's) ends a run long before its bound on updates
+        {**entry, "seed": 3, "updates": 234, "planned_updates": 100000, "planned_turns": 120832, "stopped_early": False},
     ]}  # fmt: skip
     (tmp_path / "learn_crafter.json").write_text(json.dumps(data))
     monkeypatch.setattr(results, "RESULTS", tmp_path)
     row = results.tech_tree_levers([("a lever", ("learn_crafter.json",), "what it did")]).splitlines()[-1]
-    assert row.startswith("| a lever | 1 (stopped at 30 of 78) 2 |")
+    assert row.startswith("| a lever | 1 (stopped at 30 of 78) 2 3 |")
 
 
 def test_crafter_tables_show_the_score_beside_old_entries_and_the_published_rows(

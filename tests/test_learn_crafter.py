@@ -287,3 +287,14 @@ def test_an_evaluation_two_demonstrations_need_at_once_is_played_once(tmp_path: 
         t.join(timeout=10)
     assert played == ["untrained-x.partial"] and sorted(c for _, c in got) == [False, True]
     assert all(r == {"episodes": 64} for r, _ in got) and (folder / "key.json").is_file()
+
+
+def test_a_run_is_stopped_early_only_short_of_its_budget_in_updates_or_turns() -> None:
+    from types import SimpleNamespace
+
+    from benchmarks.demos.learn_crafter import stopped_early
+
+    updates_only = SimpleNamespace(total_updates=78, total_turns=0)
+    assert stopped_early(30, 15_360, updates_only) and not stopped_early(78, 39_936, updates_only)
+    in_turns = SimpleNamespace(total_updates=100_000, total_turns=120_832)  # the ablation's cells
+    assert not stopped_early(234, 120_832, in_turns) and stopped_early(100, 51_200, in_turns)

@@ -87,6 +87,12 @@ CURVE_KEYS = (
 )  # fmt: skip
 
 
+def stopped_early(updates: int, turns: int, run: Any) -> bool:
+    """Whether a run stopped (a signal, a time limit) before its budget: ``run.total_updates`` updates, or, when
+    set, ``run.total_turns`` turns (the ablation's budget, which ends a run long before its updates' bound)."""
+    return updates < run.total_updates and not (run.total_turns and turns >= run.total_turns)
+
+
 def judged_kwargs(config: Any) -> dict[str, Any]:
     """The env kwargs the judged episodes are played with: the panel's over the training env's, so a training-only
     setting (an invalid-answer penalty) does not count in the judged return."""
@@ -356,7 +362,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
 
     turns = int(records[-1].get("global_step", 0))
-    if len(records) < config.run.total_updates:  # stopped by a signal or a time limit: judged, and said so
+    early = stopped_early(len(records), turns, config.run)
+    if early:  # stopped by a signal or a time limit: judged, and said so
         console.print(f"[yellow]the run stopped at update {len(records)} of {config.run.total_updates}: "
                       "this is the judgement of that checkpoint, marked stopped_early in the results[/yellow]")  # fmt: skip
     record = {
@@ -373,7 +380,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "wall_s": wall,
         "updates": len(records),
         "planned_updates": config.run.total_updates,
-        "stopped_early": len(records) < config.run.total_updates,
+        "planned_turns": config.run.total_turns,
+        "stopped_early": early,
         "turns": turns,
         "updates_s": sum(r.get("time/total") or 0.0 for r in records),
         "episodes_trained": int(sum(r.get("charts/episodes") or 0 for r in records)),

@@ -686,7 +686,9 @@ def _per_seed(runs: list[list[dict[str, Any]]], key: str) -> str:
 
 
 def _seed_label(entry: Mapping[str, Any]) -> str:
-    """A seed, and how far its run got when it stopped before its planned updates."""
+    """A seed, and how far its run got when it stopped before its planned updates (or turns)."""
+    if entry.get("stopped_early") is False:  # a run that says it reached its budget
+        return str(entry["seed"])
     planned = entry.get("planned_updates") or entry.get("config", {}).get("run", {}).get("total_updates")
     done = entry.get("updates")
     return (
