@@ -634,6 +634,20 @@ def crafter_reading(name: str = "learn_crafter_ablation.json") -> str:
     return "\n".join(lines)
 
 
+def crafter_ends(name: str = "crafter_ends.json") -> str:
+    """How each agent's judged Crafter episodes ended (``benchmarks/probes/crafter_ends.py``): the episodes' mean
+    length and return, and the share each end took, killers first, the step cap last."""
+    data = load(name)
+    agents = data["agents"]
+    seen = [e for e in data["order"] if any(a["ends"].get(e) for a in agents)]
+    rows = [
+        [a["agent"], a["episodes"], f"{a['length']:.0f} ± {a['length_se']:.0f}", f"{a['return']:.2f} ± {a['return_se']:.2f}",
+         *(f"{100 * a['ends'].get(e, 0) / a['episodes']:.0f} %" for e in seen)]
+        for a in agents
+    ]  # fmt: skip
+    return table(["agent", "episodes", "length", "return", *(e.replace("_", " ") for e in seen)], rows)
+
+
 #: How far each lever toward Crafter's tech tree got (issue 54): the lever, the results files of its runs (every
 #: seed in them, all judged on the same held-out episodes) and what it did, read from the runs (each is a row of
 #: docs/log.md). The figures come from the files.
@@ -1217,6 +1231,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "crafter_before_reading": lambda: crafter("learn_crafter_before_reading.json"),
     "crafter_before_reading_achievements": lambda: crafter_achievements("learn_crafter_before_reading.json"),
     "tech_tree_levers": tech_tree_levers,
+    "crafter_ends": crafter_ends,
     "state_dependence": state_dependence,
     "ablation_unshaped": lambda: ablation("learn_crafter_ablation_unshaped.json"),
     "crafter_reading_unshaped": lambda: crafter_reading("learn_crafter_ablation_unshaped.json"),
