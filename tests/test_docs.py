@@ -80,7 +80,12 @@ def test_every_preset_is_in_readme_and_on_the_presets_page() -> None:
 
 # --------------------------------------------------------------------------------------------- results
 #: Renderers that write sentences, not a table.
-READINGS = ("crafter_reading_before_reading", "crafter_reading_free", "crafter_reading_unshaped")
+READINGS = (
+    "crafter_reading",
+    "crafter_reading_before_reading",
+    "crafter_reading_free",
+    "crafter_reading_unshaped",
+)
 #: Renderers that write one sentence with its figures.
 SENTENCES = ("crafter_speed", "gpu_check_summary")
 
@@ -98,6 +103,35 @@ def test_every_results_table_renders_from_the_files() -> None:
         results.render("no_such_table")
     with pytest.raises(ValueError, match="misspelt"):
         results.expand("<!-- results: Headline -->\n")
+
+
+def test_an_ablation_variant_short_of_seeds_is_read_against_the_preset_on_the_same_seeds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An ablation runs cell by cell over sessions: a variant with seed 1 alone so far is compared with the full
+    preset's seed 1, not with the preset's mean over three seeds (a seed's luck would read as the piece's)."""
+
+    def row(variant: str, per_seed: dict[int, tuple[float, float]]) -> dict:
+        rets, scores = [v[0] for v in per_seed.values()], [v[1] for v in per_seed.values()]
+        return {"variant": variant, "seeds": list(per_seed), "updates": [234] * len(per_seed),
+                "return": sum(rets) / len(rets), "return_se": 0.2, "crafter_score": sum(scores) / len(scores),
+                "crafter_score_se": 0.8,
+                "per_seed": {str(k): {"return": r, "crafter_score": c} for k, (r, c) in per_seed.items()}}  # fmt: skip
+
+    table = [
+        row("verlog", {1: (3.65, 5.67), 2: (3.24, 2.82), 3: (3.29, 4.77)}),
+        row("no-warmup", {1: (3.30, 5.86)}),
+    ]
+    (tmp_path / "ablation.json").write_text(json.dumps({"table": table}))
+    monkeypatch.setattr(results, "RESULTS", tmp_path)
+    reading = results.crafter_reading("ablation.json")
+    assert "return 3.30 against 3.65 (-0.35), Crafter score 5.86 against 5.67 (+0.19)" in reading
+    assert "1 seed (against the preset's seed 1)" in reading
+    table[1] = row(
+        "no-warmup", {1: (3.30, 5.86), 2: (3.0, 3.0), 3: (3.1, 4.0)}
+    )  # every seed: the preset's mean
+    (tmp_path / "ablation.json").write_text(json.dumps({"table": table}))
+    assert f"against {sum((3.65, 3.24, 3.29)) / 3:.2f}" in results.crafter_reading("ablation.json")
 
 
 def test_a_demonstration_with_a_new_layout_is_one_line(

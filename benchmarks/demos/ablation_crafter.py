@@ -100,6 +100,9 @@ def table(entries: dict[tuple[str, int], dict[str, Any]], variants: Sequence[str
             "turns": [e["turns"] for e in runs],
             "updates": [e["updates"] for e in runs],
             "train_min": [round((e["train_s"] or math.nan) / 60, 1) for e in runs],
+            # each seed's judged figures: a variant short of seeds is read against the preset on the same ones
+            "per_seed": {str(e["seed"]): {k: e["trained"].get(k, math.nan) for k in ("return", "crafter_score")}
+                         for e in runs},
         })  # fmt: skip
     return rows
 

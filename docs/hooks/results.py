@@ -28,7 +28,7 @@ import json
 import math
 import re
 import statistics
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -608,6 +608,7 @@ def crafter_reading(name: str = "learn_crafter_ablation.json") -> str:
         r = rows.get(variant)
         if r is None:
             continue
+        base = _on_seeds(rows["verlog"], r["seeds"])  # the full preset on the seeds this variant has run
         parts, beyond, spread = [], [], True
         for key, label in (("return", "return"), ("crafter_score", "Crafter score")):
             if _number(r.get(key)) is None or _number(base.get(key)) is None:
@@ -620,6 +621,11 @@ def crafter_reading(name: str = "learn_crafter_ablation.json") -> str:
             if bool(se) and math.isfinite(se) and abs(gap) > 2 * se:
                 beyond.append(label)
         seeds = len(r["seeds"])
+        which = f" (against the preset's seed{'s' if seeds > 1 else ''} {', '.join(map(str, r['seeds']))})"
+        if base is not rows["verlog"]:
+            seeds_said = f"{seeds} seed{'s' if seeds > 1 else ''}{which}"
+        else:
+            seeds_said = f"{seeds} seed{'s' if seeds > 1 else ''}"
         verdict = ""
         if spread:
             verdict = (
@@ -628,10 +634,26 @@ def crafter_reading(name: str = "learn_crafter_ablation.json") -> str:
                 else " Within twice the seeds' spread: no difference these seeds can show."
             )
         lines.append(
-            f"- {lead}: trained {', '.join(parts)}; {seeds} seed{'s' if seeds > 1 else ''}, "
+            f"- {lead}: trained {', '.join(parts)}; {seeds_said}, "
             f"{', '.join(str(u) for u in r['updates'])} updates.{verdict}"
         )
     return "\n".join(lines)
+
+
+def _on_seeds(base: Mapping[str, Any], seeds: Sequence[int]) -> Mapping[str, Any]:
+    """``base`` (the full preset's ablation row) on ``seeds`` alone, from its per-seed figures: a variant with
+    fewer seeds run so far is compared with the preset on the same seeds. The row itself when it has those seeds
+    and no others, or no per-seed figures (files written before they were kept)."""
+    per = base.get("per_seed") or {}
+    own = [per[str(s)] for s in seeds if str(s) in per]
+    if not own or sorted(base["seeds"]) == sorted(seeds):
+        return base
+    row = dict(base)
+    for key in ("return", "crafter_score"):
+        values = [o[key] for o in own]
+        row[key] = statistics.fmean(values)
+        row[f"{key}_se"] = statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else math.nan
+    return row
 
 
 def crafter_ends(name: str = "crafter_ends.json") -> str:
@@ -690,6 +712,8 @@ TECH_TREE_LEVERS: list[tuple[str, tuple[str, ...], str]] = [
      ("learn_crafter_shared_critic_unroutine_reading.json",), "reads; the most wood and tables, lower return"),
     ("the reading at 3x the budget (the preset)", ("learn_crafter.json",),
      "reads; wood and a table on every seed, pickaxes on all three"),
+    ("the same without the shaping (Crafter's own reward)", ("learn_crafter_reading_unshaped.json",),
+     "keeps the wake-up (92 %): the best return at this budget; fewer tables, a lower score"),
 ]  # fmt: skip
 TECH_TREE_RATES = ("collect_wood", "place_table", "collect_drink", "make_wood_pickaxe")
 
@@ -1226,6 +1250,8 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "crafter_real_achievements": lambda: crafter_achievements("learn_crafter_real.json"),
     "long_prompts": long_prompts,
     "crafter_achievements": crafter_achievements,
+    "ablation": ablation,
+    "crafter_reading": crafter_reading,
     "ablation_before_reading": lambda: ablation("learn_crafter_ablation_before_reading.json"),
     "crafter_reading_before_reading": lambda: crafter_reading("learn_crafter_ablation_before_reading.json"),
     "crafter_before_reading": lambda: crafter("learn_crafter_before_reading.json"),
