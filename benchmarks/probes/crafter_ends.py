@@ -75,14 +75,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not sep or not label or not path:
             parser.error(f"{item!r}: give each agent as LABEL=FOLDER, e.g. random=runs/random/<key>")
         rows.append(agent_row(label, folder_of(Path(path))))
-    print(f"{'agent':<24} {'eps':>4} {'length':>7} {'return':>7}  " + " ".join(f"{e:>9}" for e in ENDS))
-    for r in rows:
-        counts = " ".join(f"{r['ends'].get(e, 0):>9}" for e in ENDS)
-        print(f"{r['agent']:<24} {r['episodes']:>4} {r['length']:>7.0f} {r['return']:>7.2f}  {counts}")
+    # a death with several vitals at zero is its own end ("hunger+thirst"): after the usual ones
+    order = [*ENDS, *sorted({end for r in rows for end in r["ends"]} - set(ENDS))]
+    for r in rows:  # one line an agent, the ends that happened with their counts: fits 80 columns
+        ends = ", ".join(f"{e} {r['ends'][e]}" for e in order if r["ends"].get(e))
+        print(
+            f"{r['agent']}: {r['episodes']} episodes, length {r['length']:.0f}, return {r['return']:.2f}; {ends}"
+        )
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"{STEM}.json"
     path.write_text(
-        json.dumps({"benchmark": STEM, "machine": machine(), "order": ENDS, "agents": rows}, indent=2) + "\n"
+        json.dumps({"benchmark": STEM, "machine": machine(), "order": order, "agents": rows}, indent=2) + "\n"
     )
     print(f"wrote {path}")
     return 0

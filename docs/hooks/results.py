@@ -621,11 +621,12 @@ def crafter_reading(name: str = "learn_crafter_ablation.json") -> str:
             if bool(se) and math.isfinite(se) and abs(gap) > 2 * se:
                 beyond.append(label)
         seeds = len(r["seeds"])
-        which = f" (against the preset's seed{'s' if seeds > 1 else ''} {', '.join(map(str, r['seeds']))})"
-        if base is not rows["verlog"]:
-            seeds_said = f"{seeds} seed{'s' if seeds > 1 else ''}{which}"
-        else:
-            seeds_said = f"{seeds} seed{'s' if seeds > 1 else ''}"
+        plural = "s" if seeds > 1 else ""
+        seeds_said = f"{seeds} seed{plural}" + (
+            f" (against the preset's seed{plural} {', '.join(map(str, r['seeds']))})"
+            if base is not rows["verlog"]
+            else ""
+        )
         verdict = ""
         if spread:
             verdict = (
@@ -661,7 +662,12 @@ def crafter_ends(name: str = "crafter_ends.json") -> str:
     length and return, and the share each end took, killers first, the step cap last."""
     data = load(name)
     agents = data["agents"]
-    seen = [e for e in data["order"] if any(a["ends"].get(e) for a in agents)]
+    single = [e for e in data["order"] if "+" not in e and any(a["ends"].get(e) for a in agents)]
+    for a in (
+        agents
+    ):  # a death with several vitals at zero ("hunger+thirst") in one column: the table stays narrow
+        a["ends"] = {**a["ends"], "several vitals": sum(n for e, n in a["ends"].items() if "+" in e)}
+    seen = [*single, *(["several vitals"] if any(a["ends"]["several vitals"] for a in agents) else [])]
     rows = [
         [a["agent"], a["episodes"], f"{a['length']:.0f} ± {a['length_se']:.0f}", f"{a['return']:.2f} ± {a['return_se']:.2f}",
          *(f"{100 * a['ends'].get(e, 0) / a['episodes']:.0f} %" for e in seen)]
