@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import pickle
 import re
-import statistics
-import time
 
 import crafter
 import gymnasium as gym
@@ -16,7 +14,8 @@ from gymnasium.utils.env_checker import check_env
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 import verlog  # noqa: F401  (registers the ids)
-from verlog.envs.crafter import ACHIEVEMENTS, ACTIONS, POTENTIAL_CAP, CrafterTextEnv
+from verlog.envs.crafter import ACHIEVEMENTS, ACTIONS, CrafterTextEnv
+from verlog.envs.crafter_shaping import POTENTIAL_CAP
 
 VITALS = ("health", "food", "drink", "energy")
 LINE = re.compile(
@@ -497,6 +496,25 @@ def test_inventory_potential_pays_each_unit_as_it_comes_and_takes_it_back_at_dea
         make(inventory_potential={"wod": 1.0})
 
 
+def test_health_weight_prices_a_blow_and_leaves_the_game_alone() -> None:
+    """A zombie's blow (two points) costs ``health_weight`` a point in place of crafter's 0.1; the game is the
+    same, and at the default the reward is crafter's own."""
+    env, twin, plain = make(health_weight=0.5), make(), make(health_weight=0.1)
+    for game in (env, twin, plain):
+        game.reset(seed=0)
+        player, world = game._env._player, game._env._world
+        front = tuple(int(v) for v in player.pos + np.array(player.facing))
+        _clear(world, front, "grass")
+        zombie = crafter.objects.Zombie(world, np.array(front), player)
+        world.add(zombie)
+        zombie.cooldown = 0  # it strikes this step
+    text, reward, *_, info = env.step("Noop")
+    twin_text, twin_reward, *_ = twin.step("Noop")
+    assert text == twin_text and info["inventory"]["health"] == 7
+    assert twin_reward == pytest.approx(-0.2) and plain.step("Noop")[1] == pytest.approx(-0.2)
+    assert reward == pytest.approx(-1.0)  # two points at 0.5
+
+
 def test_synonyms_and_strict_parsing() -> None:
     env = make()
     for response, action in [
@@ -574,13 +592,10 @@ def test_sync_vector_env_stacks_infos() -> None:
     envs.close()
 
 
-def test_reset_is_fast() -> None:
-    """World generation must use opensimplex's numba kernels (~60 ms), not pure Python (~1.3 s)."""
-    env = make()
-    env.reset(seed=0)
-    times = []
-    for seed in range(1, 6):
-        start = time.perf_counter()
-        env.reset(seed=seed)
-        times.append(time.perf_counter() - start)
-    assert statistics.median(times) < 0.5
+def test_world_generation_runs_opensimplex_compiled() -> None:
+    """World generation must use opensimplex's numba kernels (a reset ~60 ms), not its pure-Python fallback
+    (~1.3 s): numba is a dependency for this. The reset's time itself is a benchmark figure, not a test."""
+    import numba
+    from opensimplex import internals
+
+    assert isinstance(internals._noise2, numba.core.registry.CPUDispatcher)

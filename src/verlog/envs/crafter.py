@@ -33,6 +33,7 @@ import numpy as np
 from crafter import constants
 
 from verlog.envs.base import TextEnv
+from verlog.envs.crafter_shaping import CRAFTER_HEALTH_WEIGHT, CrafterShaping
 from verlog.envs.crafter_world import HeadlessCrafter, death_cause
 
 __all__ = ["ACHIEVEMENTS", "ACTIONS", "CrafterTextEnv"]
@@ -182,23 +183,6 @@ def _instruction_text() -> str:
     )
 
 
-#: Units of an item that count toward :class:`CrafterTextEnv`'s ``inventory_potential`` (a hoard is worth no more).
-POTENTIAL_CAP = 5
-#: The items an ``inventory_potential`` may weigh: the inventory but the vitals.
-ITEMS = tuple(name for name in constants.items if name not in _VITALS)
-
-
-def _weights(
-    option: str, weights: Mapping[str, float] | None, known: Sequence[str], kind: str
-) -> dict[str, float]:
-    """A shaping option's ``weights`` checked against the names it may use (a misspelt one would pay nothing)."""
-    weights = dict(weights or {})
-    unknown = sorted(set(weights) - set(known))
-    if unknown:
-        raise ValueError(f"{option} names {unknown}, which are not Crafter {kind}; use some of {list(known)}")
-    return {name: float(value) for name, value in weights.items()}
-
-
 class CrafterTextEnv(TextEnv):
     """Crafter (BALROG settings) with text observations; progression = achievements unlocked / 22.
 
@@ -213,9 +197,12 @@ class CrafterTextEnv(TextEnv):
             episode, in place of crafter's +1 (unnamed ones keep +1); e.g. less for the sapling-plant-sleep
             routine and more for the tech tree. The judged reward is crafter's own: leave it out there.
         inventory_potential: training shaping, the tech tree's unpaid steps (the second and third wood a table
-            and a pickaxe need): each unit held of a named item, up to :data:`POTENTIAL_CAP`, is worth its weight;
-            a step pays the change in that worth and death pays it back (the dead hold nothing), so over an
-            episode that ends in death it adds nothing, only pays sooner. Judge without it.
+            and a pickaxe need): each unit held of a named item, up to
+            :data:`~verlog.envs.crafter_shaping.POTENTIAL_CAP`, is worth its weight; a step pays the change in that
+            worth and death pays it back (the dead hold nothing), so over an episode that ends in death it adds
+            nothing, only pays sooner. Judge without it.
+        health_weight: training shaping, survival: the reward per health point won or lost, in place of crafter's
+            0.1 (a zombie's blow costs two points); above 0.1 a blow and a death cost more, healing pays it back.
         invalid_action_penalty, invalid_action_feedback, strict_parsing, render_mode, invalid_action_fallback,
             offered_actions: see :class:`~verlog.envs.base.TextEnv`; ``render_mode`` may also be ``"rgb_array"`` (crafter's image).
 
@@ -329,6 +316,7 @@ class CrafterTextEnv(TextEnv):
         novelty_bonus: float = 0.0,
         achievement_rewards: Mapping[str, float] | None = None,
         inventory_potential: Mapping[str, float] | None = None,
+        health_weight: float = CRAFTER_HEALTH_WEIGHT,
         invalid_action_penalty: float = 0.0,
         invalid_action_feedback: bool = True,
         strict_parsing: bool = False,
@@ -350,11 +338,13 @@ class CrafterTextEnv(TextEnv):
         self.unique_items = bool(unique_items)
         self.precise_location = bool(precise_location)
         self.describe_daylight = bool(describe_daylight)
-        self.novelty_bonus = float(novelty_bonus)
-        self.achievement_rewards = _weights(
-            "achievement_rewards", achievement_rewards, ACHIEVEMENTS, "achievements"
+        self.shaping = CrafterShaping.of(
+            achievements=ACHIEVEMENTS,
+            achievement_rewards=achievement_rewards,
+            inventory_potential=inventory_potential,
+            novelty_bonus=novelty_bonus,
+            health_weight=health_weight,
         )
-        self.inventory_potential = _weights("inventory_potential", inventory_potential, ITEMS, "items")
         self._visited: set[tuple[int, int]] = set()
         self.world_seed: int | None = None
         self._env = HeadlessCrafter()
@@ -379,16 +369,10 @@ class CrafterTextEnv(TextEnv):
         return self._text(semantic), info
 
     def _apply(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        before = set(self._env._unlocked) if self.achievement_rewards else None  # no copy without shaping
-        worth = self._worth() if self.inventory_potential else 0.0  # no inventory walk without shaping
+        player = self._env._player
+        before = self.shaping.before(player, self._env._unlocked)
         _, reward, _, crafter_info = self._env.step(_ACTION_INDEX[action])
-        if before is not None and len(self._env._unlocked) > len(before):
-            # crafter pays +1 for a step that unlocks anything (once, however many); pay each its own reward.
-            new = self._env._unlocked - before
-            reward += sum(self.achievement_rewards.get(name, 1.0) for name in new) - 1.0
-        terminated = self._env._player.health <= 0
-        if self.inventory_potential:
-            reward += (0.0 if terminated else self._worth()) - worth
+        terminated = player.health <= 0
         truncated = not terminated and self._env._step >= self.max_steps
         end = death_cause(self._env) if terminated else "max_steps" if truncated else None
         semantic = crafter_info["semantic"]
@@ -397,16 +381,12 @@ class CrafterTextEnv(TextEnv):
         self._visited.add(cell)
         return (
             self._text(semantic),
-            float(reward) + self.novelty_bonus * novel,
+            float(reward)
+            + self.shaping.extra(before, player, self._env._unlocked, dead=terminated, novel=novel),
             terminated,
             truncated,
             self._game_info(semantic, crafter_info["reward"], end),
         )
-
-    def _worth(self) -> float:
-        """The inventory's worth under ``inventory_potential`` (0 without it)."""
-        held = self._env._player.inventory
-        return sum(w * min(held[name], POTENTIAL_CAP) for name, w in self.inventory_potential.items())
 
     def _instruction(self) -> str:
         return self._instruction_cache
