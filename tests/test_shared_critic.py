@@ -11,6 +11,7 @@ import torch
 from verlog.config import ConfigError, load_config
 from verlog.models.value_head import ValueHeadModel
 from verlog.ppo.trainer import Trainer
+from verlog.ppo.update import clip_gradients
 from verlog.runkit.validate import validate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -76,6 +77,36 @@ def test_a_run_with_the_shared_critic_trains_saves_and_resumes(tmp_path: Path) -
     finally:
         resumed.envs.close()
         resumed.logger.close()
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_each_network_is_clipped_once(tmp_path: Path, shared: bool) -> None:
+    """A shared critic is one network with the actor: its decoder, carrying both losses' gradients, is clipped
+    with the actor and the head together, once; a critic of its own is clipped apart."""
+    trainer = _trainer(tmp_path, f"clip-{shared}", f"model.critic_shares_actor={str(shared).lower()}")
+    try:
+        models = trainer.learner.models
+        networks = [list(models.actor.parameters()), list(models.critic.parameters())]
+        if shared:  # one network: the actor's parameters and the head's
+            own = {id(p) for p in networks[0]}
+            networks = [networks[0] + [p for p in networks[1] if id(p) not in own]]
+        generator = torch.Generator().manual_seed(0)
+        for network in networks:
+            for p in network:
+                p.grad = torch.randn(p.shape, generator=generator, dtype=p.dtype)
+        grads = [[p.grad.clone() for p in n] for n in networks]
+        before = [torch.linalg.vector_norm(torch.stack([g.norm() for g in n])).item() for n in grads]
+        norms = clip_gradients(models, 0.5, trainer.accelerator)
+    finally:
+        trainer.envs.close()
+        trainer.logger.close()
+    assert min(before) > 0.5
+    for network, old, norm in zip(networks, grads, before, strict=True):
+        # one clip: every gradient of a network scaled by the same factor, to the network's norm 0.5 (clipped
+        # twice, a shared decoder would come out short of the head)
+        for p, g in zip(network, old, strict=True):
+            torch.testing.assert_close(p.grad, g * (0.5 / norm), rtol=1e-4, atol=1e-7)
+    assert list(norms.values()) == pytest.approx(before, rel=1e-4)
 
 
 @pytest.mark.parametrize(

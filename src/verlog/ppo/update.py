@@ -34,7 +34,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -49,6 +49,7 @@ if TYPE_CHECKING:  # the bundle's type only: the loss does not depend on how the
     from verlog.ppo.build import Models
 
 __all__ = [
+    "clip_gradients",
     "explained_variance",
     "marker_ids",
     "policy_loss",
@@ -160,10 +161,13 @@ def ppo_update(
             )
             norms = {}
             if finite or accelerators.deepspeed:
-                if train_actor:
-                    norms["losses/grad_norm"] = _norm(accelerators.actor, actor, config.max_grad_norm)
-                for model in critics:
-                    norms["losses/critic_grad_norm"] = _norm(accelerators.critic, model, config.max_grad_norm)
+                norms = clip_gradients(
+                    models,
+                    config.max_grad_norm,
+                    accelerators.actor,
+                    accelerators.critic,
+                    train_actor=train_actor,
+                )
             if accelerators.deepspeed:  # DeepSpeed stepped (or skipped) inside the last backward
                 finite = finite and not any(getattr(o, "step_was_skipped", False) for o in optimizers)
             elif finite:
@@ -224,9 +228,39 @@ class _Accelerators:
         self.actor.sync_gradients = sync  # accelerate's GradientState is shared by every accelerator
 
 
-def _norm(accelerator: Any, model: nn.Module, max_norm: float) -> float:
+def clip_gradients(
+    models: Models,
+    max_norm: float,
+    accelerator: Any,
+    critic_accelerator: Any = None,
+    *,
+    train_actor: bool = True,
+) -> dict[str, float]:
+    """Clip each trained network's gradients to ``max_norm`` once; return their norms before clipping.
+
+    A critic of its own is clipped apart from the actor. A shared critic (a head on the actor's decoder) is one
+    network with the actor, as CleanRL's agent: its decoder carries both losses' gradients, so the actor's
+    parameters and the head are clipped together, once (clipping the actor and then the critic would scale the
+    decoder twice).
+    """
+    actor, critic = models.actor, models.critic
+    if models.shared and critic is not None:
+        own = {id(p) for p in actor.parameters()}
+        head = [p for p in critic.parameters() if id(p) not in own]
+        return {"losses/grad_norm": _norm(accelerator, [*actor.parameters(), *head], max_norm)}
+    norms = {}
+    if train_actor:
+        norms["losses/grad_norm"] = _norm(accelerator, actor.parameters(), max_norm)
+    if critic is not None:
+        norms["losses/critic_grad_norm"] = _norm(
+            critic_accelerator or accelerator, critic.parameters(), max_norm
+        )
+    return norms
+
+
+def _norm(accelerator: Any, parameters: Iterable[nn.Parameter], max_norm: float) -> float:
     """Clip and return the gradient norm (under DeepSpeed: the norm DeepSpeed clipped with)."""
-    norm = accelerator.clip_grad_norm_(model.parameters(), max_norm)
+    norm = accelerator.clip_grad_norm_(parameters, max_norm)
     return float("nan") if norm is None else float(norm)
 
 
