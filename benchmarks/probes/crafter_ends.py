@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -77,11 +78,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows.append(agent_row(label, folder_of(Path(path))))
     # a death with several vitals at zero is its own end ("hunger+thirst"): after the usual ones
     order = [*ENDS, *sorted({end for r in rows for end in r["ends"]} - set(ENDS))]
-    for r in rows:  # one line an agent, the ends that happened with their counts: fits 80 columns
+    for r in rows:  # an agent a paragraph, the ends that happened with their counts, wrapped at 80 columns
         ends = ", ".join(f"{e} {r['ends'][e]}" for e in order if r["ends"].get(e))
-        print(
-            f"{r['agent']}: {r['episodes']} episodes, length {r['length']:.0f}, return {r['return']:.2f}; {ends}"
-        )
+        line = f"{r['agent']}: {r['episodes']} episodes, length {r['length']:.0f}, return {r['return']:.2f}; {ends}"
+        print(textwrap.fill(line, width=80, subsequent_indent="    "))
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"{STEM}.json"
     path.write_text(
