@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 import re
 
@@ -15,7 +16,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 import verlog  # noqa: F401  (registers the ids)
 from verlog.envs.crafter import ACHIEVEMENTS, ACTIONS, CrafterTextEnv
-from verlog.envs.crafter_shaping import POTENTIAL_CAP
+from verlog.envs.crafter_shaping import CRAFTERS_OWN, POTENTIAL_CAP, CrafterShaping
 
 VITALS = ("health", "food", "drink", "energy")
 LINE = re.compile(
@@ -513,6 +514,17 @@ def test_health_weight_prices_a_blow_and_leaves_the_game_alone() -> None:
     assert text == twin_text and info["inventory"]["health"] == 7
     assert twin_reward == pytest.approx(-0.2) and plain.step("Noop")[1] == pytest.approx(-0.2)
     assert reward == pytest.approx(-1.0)  # two points at 0.5
+
+
+def test_crafters_own_turns_every_shaping_option_off() -> None:
+    """A judge sets CRAFTERS_OWN over a run's env kwargs to play Crafter's own reward: it must name every shaping
+    option (a new one left out would leak into the judged return), each at the value that pays nothing."""
+    assert set(CRAFTERS_OWN) == {f.name for f in dataclasses.fields(CrafterShaping)}
+    env, twin = make(**CRAFTERS_OWN), make()
+    env.reset(seed=3)
+    twin.reset(seed=3)
+    for action in ["Move South", "Move West", "Move West", "Move West", "Do", "Noop"]:
+        assert env.step(action)[1] == twin.step(action)[1]
 
 
 def test_synonyms_and_strict_parsing() -> None:

@@ -298,3 +298,16 @@ def test_a_run_is_stopped_early_only_short_of_its_budget_in_updates_or_turns() -
     assert stopped_early(30, 15_360, updates_only) and not stopped_early(78, 39_936, updates_only)
     in_turns = SimpleNamespace(total_updates=100_000, total_turns=120_832)  # the ablation's cells
     assert not stopped_early(234, 120_832, in_turns) and stopped_early(100, 51_200, in_turns)
+
+
+def test_the_judged_episodes_play_crafters_own_reward_whatever_the_run_was_paid() -> None:
+    """Training shaping the panel leaves on (here a health weight) is turned off in the judged episodes; the
+    preset's judged kwargs are what they were (its random and untrained evaluations stay cached)."""
+    from benchmarks.demos.learn_crafter import judged_kwargs
+    from verlog.config import load_config
+
+    preset = load_config(ROOT / "envs" / "learn_crafter.toml")
+    assert judged_kwargs(preset) == {**preset.env.kwargs, "achievement_rewards": {}}
+    shaped = load_config(ROOT / "envs" / "learn_crafter.toml", ["env.kwargs.health_weight=0.5"])
+    assert shaped.panel.env_kwargs == {"achievement_rewards": {}}  # the panel does not name it
+    assert judged_kwargs(shaped)["health_weight"] == 0.1

@@ -56,6 +56,7 @@ from benchmarks.demos.judge import (
     record_seed,
     rejudge_crafter,
 )
+from verlog.envs.crafter_shaping import CRAFTERS_OWN
 from verlog.pipes import closed_pipe_ok
 from verlog.quiet import quiet_console
 from verlog.runkit.folder import CONFIG_FILE
@@ -95,8 +96,10 @@ def stopped_early(updates: int, turns: int, run: Any) -> bool:
 
 def judged_kwargs(config: Any) -> dict[str, Any]:
     """The env kwargs the judged episodes are played with: the panel's over the training env's, so a training-only
-    setting (an invalid-answer penalty) does not count in the judged return."""
-    return {**config.env.kwargs, **config.panel.env_kwargs}
+    setting (an invalid-answer penalty) does not count in the judged return; and every training shaping the run
+    set, at Crafter's own value whatever the panel says, so the judged return is always Crafter's."""
+    kwargs = {**config.env.kwargs, **config.panel.env_kwargs}
+    return {**kwargs, **{key: own for key, own in CRAFTERS_OWN.items() if key in kwargs}}
 
 
 def eval_command(agent: str, config: Any, run_config: Path, out: Path, args: argparse.Namespace) -> list[str]:

@@ -10,14 +10,24 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from crafter import constants
 
-__all__ = ["CRAFTER_HEALTH_WEIGHT", "ITEMS", "POTENTIAL_CAP", "CrafterShaping"]
+__all__ = ["CRAFTER_HEALTH_WEIGHT", "CRAFTERS_OWN", "ITEMS", "POTENTIAL_CAP", "CrafterShaping"]
 
 #: Crafter's own reward for each health point won or lost.
 CRAFTER_HEALTH_WEIGHT = 0.1
+#: Every shaping option at its "off" value: the env kwargs that make the reward Crafter's own (a judge sets these).
+CRAFTERS_OWN: Mapping[str, Any] = MappingProxyType(
+    {
+        "achievement_rewards": {},
+        "inventory_potential": {},
+        "novelty_bonus": 0.0,
+        "health_weight": CRAFTER_HEALTH_WEIGHT,
+    }
+)
 #: Units of an item that count toward ``inventory_potential`` (a hoard is worth no more).
 POTENTIAL_CAP = 5
 #: The items an ``inventory_potential`` may weigh: the inventory but the vitals.
