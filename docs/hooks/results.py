@@ -720,6 +720,8 @@ TECH_TREE_LEVERS: list[tuple[str, tuple[str, ...], str]] = [
      "reads; wood and a table on every seed, pickaxes on all three"),
     ("the same without the shaping (Crafter's own reward)", ("learn_crafter_reading_unshaped.json",),
      "keeps the wake-up (92 %): the best return at this budget; fewer tables, a lower score"),
+    ("the same, a health point priced 0.5 in training (Crafter's 0.1)", ("learn_crafter_survival.json",),
+     "lives no longer (174 steps); fewer tables and drinks, a lower score and return"),
 ]  # fmt: skip
 TECH_TREE_RATES = ("collect_wood", "place_table", "collect_drink", "make_wood_pickaxe")
 
