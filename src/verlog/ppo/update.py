@@ -162,11 +162,7 @@ def ppo_update(
             norms = {}
             if finite or accelerators.deepspeed:
                 norms = clip_gradients(
-                    models,
-                    config.max_grad_norm,
-                    accelerators.actor,
-                    accelerators.critic,
-                    train_actor=train_actor,
+                    models, config.max_grad_norm, accelerators.actor, accelerators.critic, train_actor
                 )
             if accelerators.deepspeed:  # DeepSpeed stepped (or skipped) inside the last backward
                 finite = finite and not any(getattr(o, "step_was_skipped", False) for o in optimizers)
@@ -233,7 +229,6 @@ def clip_gradients(
     max_norm: float,
     accelerator: Any,
     critic_accelerator: Any = None,
-    *,
     train_actor: bool = True,
 ) -> dict[str, float]:
     """Clip each trained network's gradients to ``max_norm`` once; return their norms before clipping.
