@@ -14,6 +14,7 @@ from verlog.models.loading import decoder_layers, freeze_below, load_actor, load
 from verlog.models.tiny import build_tiny
 from verlog.models.trunk import TopLayers, drop_bottom_layers
 from verlog.ppo.forward import Trunk, actor_logprobs, collate, critic_values
+from verlog.ppo.scoring import state_values
 from verlog.ppo.storage import TurnStorage
 from verlog.ppo.trainer import Trainer
 from verlog.runkit.validate import validate
@@ -90,6 +91,26 @@ def test_a_critic_on_the_trunk_gives_the_values_and_gradients_of_the_stack_it_st
     assert len(grads_a) == len(grads_b) > 2  # the layer, the final norm, the head
     for a, b in zip(grads_a, grads_b, strict=True):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("on_trunk", [False, True], ids=["own critic", "critic on the trunk"])
+def test_bootstrap_values_with_the_shared_prefix_run_once_are_the_whole_prompts_values(
+    model_path: Path, on_trunk: bool
+) -> None:
+    """The values of the bootstrap state (slot T) pack their prompts as scoring does: the prefix all prompts
+    share runs once (through the trunk too, for a critic on it), padded to the scoring's multiple; same values."""
+    head = list(range(5, 25))
+    prompts = [head + [30, 31, 32], head + [33], head + [34, 35, 36, 37, 38]]
+    critic = load_critic(str(model_path))
+    trunk = None
+    if on_trunk:
+        drop_bottom_layers(critic, 2, keep=1)
+        trunk = Trunk(load_actor(str(model_path), trainable_layers=1), start=2, critic_on_trunk=True)
+    common = {"pad_id": 0, "max_tokens": 4096, "device": "cpu", "trunk": trunk}
+    whole = state_values(critic, prompts, **common)
+    shared = state_values(critic, prompts, **common, share_prefix=True, pad_multiple=16)
+    torch.testing.assert_close(shared, whole, atol=1e-5, rtol=0)
+    assert whole.abs().sum() > 0
 
 
 def test_a_top_layers_model_refuses_a_batch_without_trunk_states(model_path: Path) -> None:

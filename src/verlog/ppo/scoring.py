@@ -45,9 +45,12 @@ def state_values(
     device: Any,
     common_count: Callable[[int], int] | None = None,
     trunk: Trunk | None = None,
+    share_prefix: bool = False,
+    pad_multiple: int = 1,
 ) -> torch.Tensor:
     """V(prompt) for each prompt: the critic's output at its last token (read through ``trunk`` when the critic
-    sits on the actor's trunk, ``ppo.trunk_critic``).
+    sits on the actor's trunk, ``ppo.trunk_critic``). ``share_prefix`` and ``pad_multiple`` pack the prompts as
+    scoring does (:func:`~verlog.ppo.forward.collate`): the prefix they all share run once.
 
     ``common_count(n)`` is the number of forward passes every process runs when the passes are collective
     (DeepSpeed with several processes); this one pads with passes on a one-token batch.
@@ -55,8 +58,8 @@ def state_values(
     values = torch.zeros(len(prompts))
     groups = pack_by_tokens([(len(p), 0) for p in prompts], max_tokens)
     for group in groups:
-        batch = collate([prompts[i] for i in group], [[] for _ in group], pad_id).to(device)
-        values[group] = values_through(critic, batch, trunk)[:, 0].cpu()
+        batch = collate([prompts[i] for i in group], [[] for _ in group], pad_id, share_prefix, pad_multiple)
+        values[group] = values_through(critic, batch.to(device), trunk)[:, 0].cpu()
     for _ in range(_padding(common_count, len(groups))):
         critic_values(critic, _idle_batch(pad_id, device))
     return values
@@ -160,6 +163,8 @@ def _bootstrap_values(
         device=device,
         common_count=common_count,
         trunk=trunk,
+        share_prefix=storage.share_prefix,  # off under lockstep collectives, as in scoring
+        pad_multiple=storage.pad_multiple,
     )
     storage.values[T] = values[: storage.num_envs]
     storage.truncated_values.zero_()
