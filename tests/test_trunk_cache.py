@@ -10,7 +10,14 @@ import torch
 from toy_env import TOY_ID
 
 from verlog.config import ConfigError, load_config
-from verlog.models.loading import decoder_layers, freeze_below, load_actor, load_critic, load_reference
+from verlog.models.loading import (
+    decoder_layers,
+    freeze_below,
+    load_actor,
+    load_critic,
+    load_reference,
+    load_tokenizer,
+)
 from verlog.models.tiny import build_tiny
 from verlog.models.trunk import TopLayers, drop_bottom_layers
 from verlog.ppo.forward import Trunk, actor_logprobs, collate, critic_values
@@ -18,6 +25,7 @@ from verlog.ppo.scoring import state_values
 from verlog.ppo.storage import TurnStorage
 from verlog.ppo.trainer import Trainer
 from verlog.runkit.validate import validate
+from verlog.sampling import TransformersSampler
 
 
 @pytest.fixture(scope="module")
@@ -113,6 +121,29 @@ def test_bootstrap_values_with_the_shared_prefix_run_once_are_the_whole_prompts_
     assert whole.abs().sum() > 0
 
 
+@pytest.mark.parametrize("head", [20, 0], ids=["shared prefix", "no shared prefix"])
+def test_the_transformers_sampler_keeps_the_states_the_trunk_gives(model_path: Path, head: int) -> None:
+    """With ``trunk_layer`` the sampler keeps, for every prompt and answer token it ran, the states the learner's
+    trunk computes over the scored turn: scoring then need not run the trunk again."""
+    torch.manual_seed(0)
+    actor = load_actor(str(model_path), trainable_layers=1)
+    tokenizer = load_tokenizer(str(model_path))
+    sampler = TransformersSampler(actor, tokenizer, max_new_tokens=5, trunk_layer=2)
+    start = list(range(5, 5 + head))
+    prompts = [start + [30, 31, 32], start + [33], start + [34, 35, 36, 37, 38]]
+    samples = sampler.generate(prompts)
+    assert samples.states is not None and len(samples.states) == len(prompts)
+    batch = Trunk(actor, 2).states(collate(prompts, samples.token_ids, 0, share_prefix=True))
+    for i, (prompt, answer) in enumerate(zip(prompts, samples.token_ids, strict=True)):
+        row = batch.hidden[i][batch.attention_mask[i].bool()]
+        expected = row if batch.prefix_hidden is None else torch.cat([batch.prefix_hidden, row])
+        kept = samples.states[i]
+        assert kept.shape == expected.shape == (len(prompt) + len(answer), expected.shape[-1])
+        torch.testing.assert_close(kept[:-1], expected[:-1], atol=1e-5, rtol=1e-4)  # the last token never ran
+        assert not kept[-1].any()
+    assert TransformersSampler(actor, tokenizer, max_new_tokens=5).generate(prompts).states is None
+
+
 def test_a_top_layers_model_refuses_a_batch_without_trunk_states(model_path: Path) -> None:
     actor = load_actor(str(model_path), trainable_layers=1)
     with pytest.raises(ValueError, match="with_trunk_states"):
@@ -193,7 +224,8 @@ def test_an_update_with_the_trunk_cache_trains_as_the_whole_model_does(
     model_path: Path, tmp_path: Path, budget: str
 ) -> None:
     """One PPO update from the same seed, with and without the cache (budget 0: every turn's trunk runs again in
-    the update): the same scores, the same first-epoch ratio of 1, the same trained weights."""
+    the update): the same scores, the same first-epoch ratio of 1, the same trained weights. Within the budget the
+    states are the ones the (transformers) sampler kept while it answered."""
     outcomes = []
     for name, extra in (("whole", []), ("cached", ["ppo.trunk_cache=true", f"ppo.trunk_cache_mib={budget}"])):
         trainer = Trainer(_config(tmp_path, model_path, f"{name}-{budget}", *extra))
@@ -209,11 +241,13 @@ def test_an_update_with_the_trunk_cache_trains_as_the_whole_model_does(
             trainer.logger.close()
     (whole, whole_weights), (cached, cached_weights) = outcomes
     assert cached["sys/trunk_cached_turns"] == (6.0 if budget != "0" else 0.0)
+    # the transformers sampler ran the trunk while answering: scoring read its states and ran it for none
+    assert cached["sys/trunk_sampled_turns"] == (6.0 if budget != "0" else 0.0)
     assert (cached["sys/trunk_cache_mb"] > 0) == (budget != "0")
     for key in ("charts/kl_to_reference", "losses/approx_kl", "losses/policy_loss", "charts/value"):
         assert cached[key] == pytest.approx(whole[key], abs=1e-5), key
-    for key, value in whole_weights.items():
-        torch.testing.assert_close(cached_weights[key], value, atol=1e-5, rtol=1e-4)
+    for key, value in whole_weights.items():  # the sampler's states come from its token-by-token passes
+        torch.testing.assert_close(cached_weights[key], value, atol=5e-5, rtol=1e-4)
 
 
 def test_an_update_with_a_critic_on_the_trunk_trains_it_and_resumes_it(

@@ -241,7 +241,7 @@ class PPOConfig:
     pad_to_multiple: int = 1
     """Left-pad each scored and trained micro-batch's prompts to a multiple of this many tokens (1 = to the longest): the same scores, a few more tokens, and far fewer distinct shapes, so the CPU's matrix kernels (oneDNN, which builds and keeps one primitive per shape) are reused rather than built again, and their cache stops growing (benchmarks/speed/pad_shapes.py)."""
     trunk_cache: bool = False
-    """With model.trainable_layers: run the frozen layers below the trained ones once per turn (in scoring) and keep their output for the update, which then runs the trained layers alone; the KL reference keeps only its top layers and runs from the same states. The same log-probs and gradients up to float rounding (tests/test_trunk_cache.py; its speed: nox -s bench_trunk_cache). One process, no DeepSpeed, no LoRA."""
+    """With model.trainable_layers: run the frozen layers below the trained ones once per turn (in scoring) and keep their output for the update, which then runs the trained layers alone; the KL reference keeps only its top layers and runs from the same states. With the transformers sampler the trunk runs while it answers: it keeps those states and scoring runs no trunk at all. The same log-probs and gradients up to float rounding (tests/test_trunk_cache.py; its speed: nox -s bench_trunk_cache). One process, no DeepSpeed, no LoRA."""
     trunk_cache_mib: float = 1024.0
     """Memory the kept trunk states may take; the update runs the trunk again (without gradients) for turns past it."""
     trunk_critic: bool = False

@@ -131,6 +131,7 @@ def load_learner(config: Config, dist: Any, lora: LoraSpec | None) -> Learner:
         batch_size=config.sampling.batch_size,
         synced_gpus=dist.zero3 and dist.num_processes > 1,
         constraint=constraint,
+        trunk_layer=0 if built[0].trunk is None else built[0].trunk.start,  # the trunk runs once, in sampling
     )
     return Learner(tokenizer, built[0], sampler, backend, reason, constraint)
 

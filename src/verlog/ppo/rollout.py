@@ -112,6 +112,8 @@ class Rollout:
             self._store(
                 storage, samples_out, (observations, rewards, terminated, truncated, infos), final_prompts
             )
+            if samples_out.states is not None and storage.trunk_budget:  # the trunk it ran while answering
+                storage.keep_sampled_states(t, samples_out.states)
             clock["time/prompt"] += time.perf_counter() - start
 
         tally = {

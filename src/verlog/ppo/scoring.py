@@ -92,9 +92,9 @@ def score(
     ``reference`` are then models run from its states (:class:`~verlog.models.trunk.TopLayers`), the critic too
     when it sits on the trunk (``ppo.trunk_critic``), and the states are kept in the storage for the update
     (within its budget). Every row then runs whole: the trunk's states
-    are what a repeated prompt would share.
+    are what a repeated prompt would share. Turns whose states the storage holds already (kept by the sampler,
+    which ran the trunk while it answered) do not run the trunk again.
     """
-    storage.trunk_states.clear()
     rows = storage.rows()
     scorers = [
         (m, target)
@@ -189,6 +189,7 @@ def score_batch(
     scores the values alone (critic pre-training); with ``reuse_sampler_logprobs`` the sampler's log-probs are
     the old ones (the weights have not moved since sampling), so the actor does not score them again."""
     clock = time.perf_counter()
+    sampled = len(storage.trunk_states)  # turns whose trunk the sampler ran
     reuse = logprobs and reuse_sampler_logprobs
     critic = None if models.critic is None else unwrap(models.critic)
     trunk = models.trunk
@@ -209,6 +210,7 @@ def score_batch(
     if trunk is not None:
         metrics["sys/trunk_cache_mb"] = storage.trunk_bytes / 2**20
         metrics["sys/trunk_cached_turns"] = float(len(storage.trunk_states))
+        metrics["sys/trunk_sampled_turns"] = float(sampled)
     metrics.update(
         score_metrics(
             storage,

@@ -128,6 +128,7 @@ class TurnStorage:
         self, prompts: Sequence[list[int]], actions: Sequence[tuple[str, ...] | None] | None = None
     ) -> None:
         """Slot 0 at the very start: the envs' first prompts (and their valid actions, when constrained)."""
+        self.trunk_states.clear()
         self.prompts[0] = [list(p) for p in prompts]
         self.actions[0] = list(actions) if actions is not None else [None] * self.num_envs
 
@@ -170,6 +171,7 @@ class TurnStorage:
 
     def put_response(self, t: int, n: int, ids: Sequence[int], logprobs: Sequence[float]) -> None:
         """Write env n's response of turn t: its tokens (padded), mask, sampler log-probs and length."""
+        self.trunk_states.pop((t, n), None)  # kept for the turn's previous answer
         length = len(ids)
         if not 1 <= length <= self.max_response_tokens:
             raise ValueError(f"env {n}: a response has {length} tokens, need 1..{self.max_response_tokens}")
@@ -192,11 +194,23 @@ class TurnStorage:
         self.trunk_states.clear()
         self.step = 0
 
+    def keep_sampled_states(self, t: int, states: Sequence[Tensor]) -> None:
+        """Keep turn ``t``'s trunk states as the sampler ran them (``[prompt + answer tokens, H]`` per env), while
+        they fit: scoring then does not run the trunk over those turns again."""
+        used = self.trunk_bytes
+        for n, row in enumerate(states):
+            used += row.numel() * row.element_size()
+            if used > self.trunk_budget:
+                return
+            self.trunk_states[(t, n)] = row
+
     def keep_trunk_states(self, rows: Sequence[tuple[int, int]], batch: Batch) -> None:
         """Keep each row's trunk states from a scored ``batch`` (its real columns only), while they fit."""
         assert batch.hidden is not None
         prefix, used = batch.prefix_hidden, self.trunk_bytes
         for i, row in enumerate(rows):
+            if row in self.trunk_states:  # kept already (by the sampler, or by an earlier scoring)
+                continue
             states = batch.hidden[i][batch.attention_mask[i].bool()]
             states = states if prefix is None else torch.cat([prefix, states])
             used += states.numel() * states.element_size()

@@ -10,6 +10,7 @@ global RNG, which checkpoints save.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 from collections.abc import Sequence
@@ -20,6 +21,7 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor, nn
 
+from verlog.models.loading import decoder_layers
 from verlog.sampling.constrain import ActionConstraint, ConstraintError
 
 __all__ = [
@@ -43,6 +45,10 @@ class Samples:
     token_ids: list[list[int]]
     texts: list[str]
     logprobs: list[list[float]]  # under the sampling distribution (after temperature and top-p)
+    #: Per prompt, ``[prompt + answer tokens, H]``: the states entering the sampler's ``trunk_layer``, what the
+    #: learner's frozen trunk gives (``ppo.trunk_cache``); the answer's last token, never run, has a zero row.
+    #: None: the sampler keeps none.
+    states: list[Tensor] | None = None
 
 
 #: Per prompt, the valid actions a constrained answer chooses from (None: that answer is free).
@@ -221,6 +227,40 @@ class _LogprobRecorder:
         return torch.stack(self.chosen, dim=1)
 
 
+class _StateRecorder:
+    """What one ``generate`` call fed decoder layer ``start`` (a hook on the layer below it), laid out per row as
+    the learner lays out a turn: the shared prefix's states, the row's own prompt columns, then one column per
+    answer token that was run (all but the last)."""
+
+    def __init__(self, model: nn.Module, start: int) -> None:
+        self.layer = decoder_layers(model)[start - 1]
+        self.outputs: list[Tensor] = []
+
+    def __enter__(self) -> _StateRecorder:
+        self.handle = self.layer.register_forward_hook(self._keep)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.handle.remove()
+
+    def _keep(self, _module: nn.Module, _args: Any, output: Any) -> None:
+        self.outputs.append((output[0] if isinstance(output, tuple) else output).detach())
+
+    def rows(self, shared: int, rests: Sequence[Sequence[int]], lengths: Sequence[int]) -> list[Tensor]:
+        """Each row's states: ``shared`` prefix columns, its ``rests`` columns, ``lengths[i] - 1`` answer columns
+        and a zero row for the last answer token."""
+        outputs = list(self.outputs)
+        prefix = outputs.pop(0)[0] if shared else None
+        prefill, steps = outputs[0], outputs[1:]
+        width = prefill.shape[1]
+        rows = []
+        for i, (rest, length) in enumerate(zip(rests, lengths, strict=True)):
+            parts = [prefill[i, width - len(rest) :], *(step[i] for step in steps[: length - 1])]
+            head = [] if prefix is None else [prefix]
+            rows.append(torch.cat([*head, *parts, prefill.new_zeros(1, prefill.shape[-1])]))
+        return rows
+
+
 class TransformersSampler:
     """Batched ``generate`` with left padding; greedy for evaluation.
 
@@ -231,6 +271,10 @@ class TransformersSampler:
     SmolLM2's 152 BabyAI prompt tokens). That shared prefix runs through the model once, its KV cache is copied
     to every row, and only the rest of each prompt is prefilled; the rows' own padding then sits between the
     prefix and their remainder, which the attention mask and the position ids (from its cumulative sum) skip.
+
+    ``trunk_layer`` (``ppo.trunk_cache``, set by the learner): the states entering that decoder layer, which the
+    learner's frozen trunk would compute again in scoring, are kept for every prompt and answer token
+    (:attr:`Samples.states`): the trunk then runs once per turn, here.
     """
 
     def __init__(
@@ -245,9 +289,11 @@ class TransformersSampler:
         synced_gpus: bool = False,
         share_prefix: bool = True,
         constraint: ActionConstraint | None = None,
+        trunk_layer: int = 0,
     ) -> None:
         self.model = model
         self.constraint = constraint
+        self.trunk_layer = trunk_layer
         self.synced_gpus = synced_gpus
         self.tokenizer = tokenizer
         self.max_new_tokens = max_new_tokens
@@ -268,7 +314,7 @@ class TransformersSampler:
         self, prompts: Sequence[Sequence[int]], *, greedy: bool = False, actions: Actions | None = None
     ) -> Samples:
         size = self.batch_size or len(prompts)
-        out = Samples([], [], [])
+        out = Samples([], [], [], [] if self.trunk_layer else None)
         choices = constrained_actions(self.constraint, actions, len(prompts))
         for start in range(0, len(prompts), size):
             part = choices[start : start + size] if choices is not None else None
@@ -276,6 +322,8 @@ class TransformersSampler:
             out.token_ids += chunk.token_ids
             out.texts += chunk.texts
             out.logprobs += chunk.logprobs
+            if out.states is not None and chunk.states is not None:
+                out.states += chunk.states
         return out
 
     def _generation_config(self, greedy: bool) -> Any:
@@ -334,23 +382,25 @@ class TransformersSampler:
         grammar = None
         if actions is not None and self.constraint is not None:
             grammar = self.constraint.logits_processor(actions, prompt_width=width)
+        states = _StateRecorder(self.model, self.trunk_layer) if self.trunk_layer else None
         was_training = self.model.training
         self.model.eval()
         try:
-            cache = None
-            if shared:  # the common prefix once, its cache repeated for every row
-                prefix = torch.as_tensor([prompts[0][:shared]], dtype=torch.long, device=device)
-                out = self.model(input_ids=prefix, use_cache=True)
-                cache = out[cache_name()] if cache_name() in out else out["past_key_values"]
-                cache.batch_repeat_interleave(len(prompts))
-            sequences = self.model.generate(
-                input_ids=input_ids.to(device),
-                attention_mask=attention_mask.to(device),
-                **{cache_name(): cache},
-                generation_config=self._generation_config(greedy),
-                logits_processor=self._processors(greedy, recorder, grammar),
-                synced_gpus=self.synced_gpus,
-            )
+            with states or contextlib.nullcontext():
+                cache = None
+                if shared:  # the common prefix once, its cache repeated for every row
+                    prefix = torch.as_tensor([prompts[0][:shared]], dtype=torch.long, device=device)
+                    out = self.model(input_ids=prefix, use_cache=True)
+                    cache = out[cache_name()] if cache_name() in out else out["past_key_values"]
+                    cache.batch_repeat_interleave(len(prompts))
+                sequences = self.model.generate(
+                    input_ids=input_ids.to(device),
+                    attention_mask=attention_mask.to(device),
+                    **{cache_name(): cache},
+                    generation_config=self._generation_config(greedy),
+                    logits_processor=self._processors(greedy, recorder, grammar),
+                    synced_gpus=self.synced_gpus,
+                )
         finally:
             self.model.train(was_training)
         new = sequences[:, width:]
@@ -362,4 +412,5 @@ class TransformersSampler:
             token_ids.append(row[:length])
             lps.append(lp_row[:length])
         texts = self.tokenizer.batch_decode(token_ids, skip_special_tokens=True)
-        return Samples(token_ids, texts, lps)
+        kept = None if states is None else states.rows(shared, rests, [len(ids) for ids in token_ids])
+        return Samples(token_ids, texts, lps, kept)
