@@ -214,6 +214,14 @@ def learn_real(session: nox.Session) -> None:
 
 
 @nox.session
+def learn_real_pickup(session: nox.Session) -> None:
+    """SmolLM2 on BabyAI Pickup, small room, which random plays better than it untrained (CPU; -- --seed N)."""
+    session.run(
+        "python", "-m", "benchmarks.demos.learn_real", "--config", "envs/learn_real_pickup.toml", *session.posargs
+    )  # fmt: skip
+
+
+@nox.session
 def learn_real_constrained(session: nox.Session) -> None:
     """learn_real with every answer constrained to the valid actions (-- --seed N): what the constraint buys."""
     session.run(
