@@ -114,8 +114,10 @@ def bench_training(session: nox.Session) -> None:
 @nox.session
 def bench_trunk_cache(session: nox.Session) -> None:
     """The SmolLM2 Crafter preset's turns/s, scoring and update time and memory, without and with the frozen trunk
-    run once (ppo.trunk_cache), and with the critic on that trunk too (ppo.trunk_critic); run on idle cores."""
-    for lever in ([], ["ppo.trunk_cache=true"], ["ppo.trunk_cache=true", "ppo.trunk_critic=true"]):
+    run once (ppo.trunk_cache), with the critic on that trunk too (ppo.trunk_critic), and with the transformers
+    sampler, which keeps the trunk's states as it answers, in place of vLLM; run on idle cores."""
+    trunk = ["ppo.trunk_cache=true"]
+    for lever in ([], trunk, [*trunk, "ppo.trunk_critic=true"], [*trunk, "sampling.backend=transformers"]):
         session.run("python", "-m", "benchmarks.speed.training", "--config", "envs/learn_crafter_real.toml",
                     "--updates", "6", *lever, *session.posargs)  # fmt: skip
 
