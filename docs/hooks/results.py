@@ -45,6 +45,7 @@ DEMONSTRATIONS: list[tuple[str, str]] = [
     ("learn_crafter_real.json", "SmolLM2-135M, Crafter, 200-step episodes (`nox -s learn_crafter_real`)"),
     ("learn_real.json", "SmolLM2-135M, BabyAI GoTo in a 5×5 room (`nox -s learn_real`)"),
     ("learn_goto.json", "SmolLM2-135M, BALROG's GoTo through a curriculum (`nox -s learn_goto`)"),
+    ("learn_pickup.json", "SmolLM2-135M, BALROG's Pickup through a curriculum (`nox -s learn_pickup`)"),
     (
         "learn_babaisai_branch.json",
         "SmolLM2-135M, BabaIsAI goto_win, one-step branches (`nox -s learn_babaisai`)",
