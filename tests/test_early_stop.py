@@ -16,6 +16,7 @@ import pytest
 import torch
 from toy_env import TOY_ID
 
+from benchmarks.demos.judge import unjudged_stop
 from verlog.config import ConfigError, load_config
 from verlog.models.tiny import build_tiny
 from verlog.ppo.trainer import Trainer
@@ -56,6 +57,7 @@ def test_a_time_budget_stops_early_with_a_checkpoint(tmp_path: Path) -> None:
     rows = (trainer.run_dir / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(r)["update"] for r in rows if '"update"' in r] == [1]
     assert latest_checkpoint(trainer.run_dir) is not None  # the stop is saved, resumable
+    assert unjudged_stop(trainer, "judge") is None  # a budget is the run's own end: the demos judge it
 
 
 @pytest.mark.parametrize("value", ["-1", "nan", "inf"])
@@ -102,6 +104,12 @@ def test_sigterm_stops_after_the_update_in_progress_with_a_checkpoint(
     assert latest_checkpoint(trainer.run_dir).name == f"{trainer.update:06d}"  # and the last one is saved
     assert signal.getsignal(signal.SIGTERM) == before  # the handler is put back
     assert "SIGTERM: the run stops when update" in capsys.readouterr().out
+    # a demonstration does not judge a stopped run as the preset's: it says how to continue, then judge it
+    message, status = unjudged_stop(trainer, "python -m benchmarks.demos.learn --run RUN")
+    assert status == 128 + signal.SIGTERM
+    assert f"stopped by SIGTERM after update {trainer.update} of 50: not judged" in message
+    assert f"agents/ppo.py --resume {trainer.run_dir}" in message
+    assert message.endswith("then judge it with: python -m benchmarks.demos.learn --run RUN")
 
 
 def test_a_second_signal_stops_at_once() -> None:

@@ -47,6 +47,7 @@ __all__ = [
     "rejudge_crafter",
     "score_block",
     "success_verdict",
+    "unjudged_stop",
 ]
 
 Z_REQUIRED = 3.0
@@ -61,6 +62,28 @@ CRAFTER_REPORTED = ("progression",)
 JUDGE_KEYS = ("task", "episodes", "eval_seed", "pass_on", "z_required", "judged")
 #: How the Crafter files were judged again (written into them, so the step can be repeated).
 REJUDGE_COMMAND = "python -m benchmarks.demos.learn_crafter --rejudge FILE"
+
+
+def unjudged_stop(trainer: Any, judge_later: str) -> tuple[str, int] | None:
+    """Why a run must not be judged now, and the exit status: Ctrl-C or SIGTERM stopped it after an update
+    before its budget ended (a time budget, ``run.max_minutes``, is not such a stop). Judging it would write a
+    stopped run's figures as the preset's, so the script says how to continue it and how to judge it after."""
+    from verlog.runkit.folder import latest_checkpoint
+    from verlog.runkit.launch import resume_command
+    from verlog.runkit.stop import exit_status
+
+    signal = trainer.early_stop.signal
+    if signal is None:
+        return None
+    stopped = f"stopped by {signal} after update {trainer.update} of {trainer.config.run.total_updates}"
+    if latest_checkpoint(trainer.run_dir) is None:
+        return f"{stopped}: not judged; no checkpoint was saved, start it again", exit_status(signal)
+    resume = resume_command(trainer.run_dir, ["agents/ppo.py"])
+    return (
+        f"{stopped}: not judged, nor written to a results file. Continue it with: {resume}; then judge it "
+        f"with: {judge_later}",
+        exit_status(signal),
+    )
 
 
 # ------------------------------------------------------------------------------------------------ figures
