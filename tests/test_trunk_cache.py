@@ -21,7 +21,7 @@ from verlog.models.loading import (
 from verlog.models.tiny import build_tiny
 from verlog.models.trunk import TopLayers, drop_bottom_layers
 from verlog.ppo.forward import Trunk, actor_logprobs, collate, critic_values
-from verlog.ppo.scoring import state_values
+from verlog.ppo.scoring import score, state_values
 from verlog.ppo.storage import TurnStorage
 from verlog.ppo.trainer import Trainer
 from verlog.runkit.validate import validate
@@ -110,15 +110,36 @@ def test_bootstrap_values_with_the_shared_prefix_run_once_are_the_whole_prompts_
     head = list(range(5, 25))
     prompts = [head + [30, 31, 32], head + [33], head + [34, 35, 36, 37, 38]]
     critic = load_critic(str(model_path))
-    trunk = None
+    trunk, reader = None, critic  # the model whose embeddings read the prompts
     if on_trunk:
         drop_bottom_layers(critic, 2, keep=1)
-        trunk = Trunk(load_actor(str(model_path), trainable_layers=1), start=2, critic_on_trunk=True)
+        reader = load_actor(str(model_path), trainable_layers=1)
+        trunk = Trunk(reader, start=2, critic_on_trunk=True)
     common = {"pad_id": 0, "max_tokens": 4096, "device": "cpu", "trunk": trunk}
     whole = state_values(critic, prompts, **common)
     shared = state_values(critic, prompts, **common, share_prefix=True, pad_multiple=16)
     torch.testing.assert_close(shared, whole, atol=1e-5, rtol=0)
     assert whole.abs().sum() > 0
+
+    # and scoring's bootstrap packs slot T so: with the storage's sharing on, the critic reads the prefix once
+    fed: list[int] = []
+    embed = reader.get_input_embeddings()
+    hook = embed.register_forward_hook(lambda _m, args, _out: fed.append(args[0].numel()))
+    bootstrap = {}
+    try:
+        for sharing in (False, True):
+            storage = TurnStorage(num_turns=1, num_envs=3, max_response_tokens=2, pad_id=0)
+            storage.share_prefix, storage.pad_multiple = sharing, 1
+            storage.reset_first([[40 + n] for n in range(3)])  # slot 0 shares nothing: only slot T differs
+            storage.insert(prompts, [[41], [42], [43]], [[0.0]] * 3, [0.0] * 3, [False] * 3, [False] * 3)
+            fed.clear()
+            score(storage, actor=None, critic=critic, reference=None, temperature=1.0, max_tokens=4096,
+                  device="cpu", trunk=trunk)  # fmt: skip
+            bootstrap[sharing] = (sum(fed), storage.values[1].clone())
+    finally:
+        hook.remove()
+    torch.testing.assert_close(bootstrap[True][1], whole, atol=1e-5, rtol=0)
+    assert bootstrap[False][0] - bootstrap[True][0] == 2 * len(head)  # two of the three rows skip the prefix
 
 
 @pytest.mark.parametrize("head", [20, 0], ids=["shared prefix", "no shared prefix"])
