@@ -46,6 +46,7 @@ __all__ = [
     "record_seed",
     "rejudge_crafter",
     "score_block",
+    "exit_if_stopped",
     "success_verdict",
     "unjudged_stop",
 ]
@@ -68,22 +69,25 @@ def unjudged_stop(trainer: Any, judge_later: str) -> tuple[str, int] | None:
     """Why a run must not be judged now, and the exit status: Ctrl-C or SIGTERM stopped it after an update
     before its budget ended (a time budget, ``run.max_minutes``, is not such a stop). Judging it would write a
     stopped run's figures as the preset's, so the script says how to continue it and how to judge it after."""
-    from verlog.runkit.folder import latest_checkpoint
-    from verlog.runkit.launch import resume_command
+    from verlog.runkit.faults import stopped_run
     from verlog.runkit.stop import exit_status
 
     signal = trainer.early_stop.signal
     if signal is None:
         return None
-    stopped = f"stopped by {signal} after update {trainer.update} of {trainer.config.run.total_updates}"
-    if latest_checkpoint(trainer.run_dir) is None:
-        return f"{stopped}: not judged; no checkpoint was saved, start it again", exit_status(signal)
-    resume = resume_command(trainer.run_dir, ["agents/ppo.py"])
     return (
-        f"{stopped}: not judged, nor written to a results file. Continue it with: {resume}; then judge it "
-        f"with: {judge_later}",
+        f"stopped by {signal} after update {trainer.update} of {trainer.config.run.total_updates}: not judged, "
+        f"nor written to a results file. {stopped_run(trainer, None, fix=False, script='agents/ppo.py')}; then "
+        f"judge it with: {judge_later}",
         exit_status(signal),
     )
+
+
+def exit_if_stopped(trainer: Any, console: Any, judge_later: str) -> None:
+    """End a demonstration whose run a signal stopped (:func:`unjudged_stop`), saying so on ``console``."""
+    if (stop := unjudged_stop(trainer, judge_later)) is not None:
+        console.print(stop[0])  # a stopped run's figures are not the preset's
+        raise SystemExit(stop[1])
 
 
 # ------------------------------------------------------------------------------------------------ figures

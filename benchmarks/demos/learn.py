@@ -61,7 +61,7 @@ from benchmarks.demos.held_out import (
     play_random,
     task_kinds,
 )
-from benchmarks.demos.judge import EVAL_SEED, Z_REQUIRED, record_seed, unjudged_stop
+from benchmarks.demos.judge import EVAL_SEED, Z_REQUIRED, exit_if_stopped, record_seed
 from verlog.pipes import closed_pipe_ok
 from verlog.quiet import quiet_console
 from verlog.runkit.folder import CONFIG_FILE
@@ -358,9 +358,7 @@ def _train_or_read(
         run_dir = trainer.run_dir
         console.print(f"training {config.run.total_updates} updates into {run_dir}")
         trainer.train()
-        if (stop := unjudged_stop(trainer, f"python -m benchmarks.demos.learn --run {run_dir}")) is not None:
-            console.print(stop[0])  # a stopped run's figures are not the preset's
-            raise SystemExit(stop[1])
+        exit_if_stopped(trainer, console, f"python -m benchmarks.demos.learn --run {run_dir}")
         wall: float | None = time.perf_counter() - started
         (run_dir / WALL_FILE).write_text(json.dumps({"wall_s": wall}) + "\n")
     else:

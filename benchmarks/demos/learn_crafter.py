@@ -51,11 +51,11 @@ from benchmarks.demos.judge import (
     EVAL_SEED,
     Z_REQUIRED,
     crafter_verdict,
+    exit_if_stopped,
     figures,
     random_baseline,
     record_seed,
     rejudge_crafter,
-    unjudged_stop,
 )
 from verlog.envs.crafter_shaping import CRAFTERS_OWN
 from verlog.pipes import closed_pipe_ok
@@ -280,11 +280,7 @@ def _train_or_read(
         console.print(f"training {args.variant} from seed {config.run.seed} into {run_dir}")
         clock = time.perf_counter()
         trainer.train()
-        if (
-            stop := unjudged_stop(trainer, f"python -m benchmarks.demos.learn_crafter --run {run_dir}")
-        ) is not None:
-            console.print(stop[0])  # a stopped run's figures are not the preset's
-            raise SystemExit(stop[1])
+        exit_if_stopped(trainer, console, f"python -m benchmarks.demos.learn_crafter --run {run_dir}")
         train_s = time.perf_counter() - clock
     else:
         run_dir = args.run

@@ -57,11 +57,11 @@ from benchmarks.demos.judge import (
     EVAL_SEED,
     Z_REQUIRED,
     evaluation,
+    exit_if_stopped,
     figures,
     random_baseline,
     record_seed,
     success_verdict,
-    unjudged_stop,
 )
 from benchmarks.demos.learn_real_plot import plot
 from verlog.pipes import closed_pipe_ok
@@ -303,9 +303,7 @@ def _train(
     console.print(f"training {config.run.total_updates} updates from seed {config.run.seed} into {run_dir}")
     clock = time.perf_counter()
     trainer.train()
-    if (stop := unjudged_stop(trainer, f"python -m benchmarks.demos.learn_real --run {run_dir}")) is not None:
-        console.print(stop[0])  # a stopped run's figures are not the preset's
-        raise SystemExit(stop[1])
+    exit_if_stopped(trainer, console, f"python -m benchmarks.demos.learn_real --run {run_dir}")
     return config, run_dir, before, random, time.perf_counter() - clock
 
 

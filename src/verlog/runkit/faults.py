@@ -99,9 +99,10 @@ def _own_elements(param: torch.Tensor) -> torch.Tensor:
     return shard.reshape(-1)[: max(0, min(shard.numel(), int(param.ds_numel) - start))]
 
 
-def stopped_run(trainer: Any, resume: str | None, *, fix: bool = True) -> str:
+def stopped_run(trainer: Any, resume: str | None, *, fix: bool = True, script: str | None = None) -> str:
     """What a stopped run leaves and the command that continues it (one sentence, for the closing line);
-    ``fix``: the run stopped on a fault, so it continues after a fix."""
+    ``fix``: the run stopped on a fault, so it continues after a fix; ``script``: the script that resumes it,
+    when not this process's own (a demonstration's run resumes under agents/ppo.py)."""
     from verlog.runkit.folder import latest_checkpoint
     from verlog.runkit.launch import resume_command
 
@@ -110,4 +111,5 @@ def stopped_run(trainer: Any, resume: str | None, *, fix: bool = True) -> str:
     if checkpoint is None:
         return "No checkpoint was saved: start the run again"
     after = " (after a fix)" if fix else ""
-    return f"Newest checkpoint {checkpoint}; continue{after} with: {resume_command(folder)}"
+    command = resume_command(folder, None if script is None else [script])
+    return f"Newest checkpoint {checkpoint}; continue{after} with: {command}"
