@@ -243,6 +243,45 @@ def test_a_shared_prompt_prefix_is_prefilled_once_with_the_same_result(models) -
         torch.testing.assert_close(torch.tensor(a.logprobs[i]), actor[i, : len(ids)], atol=1e-4, rtol=0)
 
 
+def test_a_rollouts_turns_reuse_the_shared_prefix_until_the_weights_change(models) -> None:
+    """A rollout's turns begin with the same instruction: the second call with that prefix runs only the rows'
+    own tokens and answers exactly as a fresh sampler does; after the weights move, update_weights drops the
+    kept prefix, so the answers are the new weights' and not the old prefix's."""
+    prefix = list(range(5, 30))
+    first = [prefix + [40, 41], prefix + [43], prefix + [44, 45, 46]]
+    second = [prefix + [47], prefix + [48, 49], prefix + [50, 51, 52]]
+    fed: list[int] = []
+    embed = models.actor.get_input_embeddings()
+    hook = embed.register_forward_hook(lambda _m, args, _out: fed.append(args[0].shape[-1]))
+    make = lambda: TransformersSampler(models.actor, models.tokenizer, max_new_tokens=4, temperature=0.7)  # noqa: E731
+    sampler = make()
+    try:
+        sampler.generate(first, greedy=True)
+        assert fed[0] == len(prefix)  # the prefix, one row
+        fed.clear()
+        torch.manual_seed(5)
+        kept = sampler.generate(second)
+        assert fed[0] == 3 and len(prefix) not in fed  # the rows' own tokens only: the prefix was kept
+    finally:
+        hook.remove()
+    torch.manual_seed(5)
+    fresh = make().generate(second)
+    assert kept.token_ids == fresh.token_ids and kept.logprobs == fresh.logprobs
+
+    saved = {name: tensor.clone() for name, tensor in models.actor.state_dict().items()}
+    try:
+        with torch.no_grad():  # as an optimiser step would: the same tensors, new values
+            for weight in models.actor.parameters():
+                weight.mul_(1.5)
+        sampler.update_weights()
+        torch.manual_seed(5)
+        moved = sampler.generate(second)
+        torch.manual_seed(5)
+        assert moved.logprobs == make().generate(second).logprobs != kept.logprobs
+    finally:
+        models.actor.load_state_dict(saved)
+
+
 def test_a_response_stops_at_eos_and_keeps_it(models) -> None:
     eos = models.tokenizer.eos_token_id
 

@@ -145,23 +145,30 @@ def test_bootstrap_values_with_the_shared_prefix_run_once_are_the_whole_prompts_
 @pytest.mark.parametrize("head", [20, 0], ids=["shared prefix", "no shared prefix"])
 def test_the_transformers_sampler_keeps_the_states_the_trunk_gives(model_path: Path, head: int) -> None:
     """With ``trunk_layer`` the sampler keeps, for every prompt and answer token it ran, the states the learner's
-    trunk computes over the scored turn: scoring then need not run the trunk again."""
+    trunk computes over the scored turn: scoring then need not run the trunk again. The second call reuses the
+    shared prefix kept from the first (a rollout's next turn), and its states are the trunk's all the same."""
     torch.manual_seed(0)
     actor = load_actor(str(model_path), trainable_layers=1)
     tokenizer = load_tokenizer(str(model_path))
     sampler = TransformersSampler(actor, tokenizer, max_new_tokens=5, trunk_layer=2)
     start = list(range(5, 5 + head))
-    prompts = [start + [30, 31, 32], start + [33], start + [34, 35, 36, 37, 38]]
-    samples = sampler.generate(prompts)
-    assert samples.states is not None and len(samples.states) == len(prompts)
-    batch = Trunk(actor, 2).states(collate(prompts, samples.token_ids, 0, share_prefix=True))
-    for i, (prompt, answer) in enumerate(zip(prompts, samples.token_ids, strict=True)):
-        row = batch.hidden[i][batch.attention_mask[i].bool()]
-        expected = row if batch.prefix_hidden is None else torch.cat([batch.prefix_hidden, row])
-        kept = samples.states[i]
-        assert kept.shape == expected.shape == (len(prompt) + len(answer), expected.shape[-1])
-        torch.testing.assert_close(kept[:-1], expected[:-1], atol=1e-5, rtol=1e-4)  # the last token never ran
-        assert not kept[-1].any()
+    turns = [
+        [start + [30, 31, 32], start + [33], start + [34, 35, 36, 37, 38]],
+        [start + [39], start + [40, 41, 42, 43], start + [44, 45]],
+    ]
+    for prompts in turns:
+        samples = sampler.generate(prompts)
+        assert samples.states is not None and len(samples.states) == len(prompts)
+        batch = Trunk(actor, 2).states(collate(prompts, samples.token_ids, 0, share_prefix=True))
+        for i, (prompt, answer) in enumerate(zip(prompts, samples.token_ids, strict=True)):
+            row = batch.hidden[i][batch.attention_mask[i].bool()]
+            expected = row if batch.prefix_hidden is None else torch.cat([batch.prefix_hidden, row])
+            kept = samples.states[i]
+            assert kept.shape == expected.shape == (len(prompt) + len(answer), expected.shape[-1])
+            torch.testing.assert_close(
+                kept[:-1], expected[:-1], atol=1e-5, rtol=1e-4
+            )  # the last token never ran
+            assert not kept[-1].any()
     assert TransformersSampler(actor, tokenizer, max_new_tokens=5).generate(prompts).states is None
 
 

@@ -11,6 +11,7 @@ global RNG, which checkpoints save.
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import importlib.util
 from collections.abc import Sequence
@@ -227,6 +228,16 @@ class _LogprobRecorder:
         return torch.stack(self.chosen, dim=1)
 
 
+@dataclass
+class _KeptPrefix:
+    """A shared prompt prefix run through the model: its tokens, its KV cache (one row) and, when the trunk is
+    kept, the states it fed the trunk's first layer."""
+
+    tokens: tuple[int, ...]
+    cache: Any
+    states: Tensor | None
+
+
 class _StateRecorder:
     """What one ``generate`` call fed decoder layer ``start`` (a hook on the layer below it), laid out per row as
     the learner lays out a turn: the shared prefix's states, the row's own prompt columns, then one column per
@@ -246,12 +257,12 @@ class _StateRecorder:
     def _keep(self, _module: nn.Module, _args: Any, output: Any) -> None:
         self.outputs.append((output[0] if isinstance(output, tuple) else output).detach())
 
-    def rows(self, shared: int, rests: Sequence[Sequence[int]], lengths: Sequence[int]) -> list[Tensor]:
-        """Each row's states: ``shared`` prefix columns, its ``rests`` columns, ``lengths[i] - 1`` answer columns
-        and a zero row for the last answer token."""
-        outputs = list(self.outputs)
-        prefix = outputs.pop(0)[0] if shared else None
-        prefill, steps = outputs[0], outputs[1:]
+    def rows(
+        self, prefix: Tensor | None, rests: Sequence[Sequence[int]], lengths: Sequence[int]
+    ) -> list[Tensor]:
+        """Each row's states: the shared ``prefix``'s columns (None: no shared prefix), its ``rests`` columns,
+        ``lengths[i] - 1`` answer columns and a zero row for the last answer token."""
+        prefill, steps = self.outputs[0], self.outputs[1:]
         width = prefill.shape[1]
         rows = []
         for i, (rest, length) in enumerate(zip(rests, lengths, strict=True)):
@@ -303,12 +314,32 @@ class TransformersSampler:
         self.eos_ids = eos_token_ids(tokenizer, getattr(model, "generation_config", None))
         self.pad_id = tokenizer.pad_token_id
         self.share_prefix = share_prefix and not synced_gpus  # ZeRO-3's lockstep forwards must stay aligned
+        self._kept_prefix: _KeptPrefix | None = None
 
     def update_weights(self) -> None:
-        """Nothing to do: this sampler generates with the actor itself."""
+        """Drop the kept prefix: it was computed with the weights before this call. This sampler generates with
+        the actor itself, so there is nothing to copy."""
+        self._kept_prefix = None
 
     def offload(self) -> None:
-        """Nothing to do: this sampler holds nothing besides the actor."""
+        """Drop the kept prefix (its KV cache); this sampler holds nothing else besides the actor."""
+        self._kept_prefix = None
+
+    def _prefix(
+        self, tokens: Sequence[int], device: torch.device, states: _StateRecorder | None
+    ) -> _KeptPrefix:
+        """The shared prefix's KV cache and trunk states: kept from an earlier call with the same tokens, or run."""
+        key = tuple(tokens)
+        kept = self._kept_prefix
+        if kept is None or kept.tokens != key or (states is not None and kept.states is None):
+            recorded = len(states.outputs) if states is not None else 0
+            out = self.model(
+                input_ids=torch.as_tensor([key], dtype=torch.long, device=device), use_cache=True
+            )
+            cache = out[cache_name()] if cache_name() in out else out["past_key_values"]
+            prefix_states = states.outputs.pop(recorded)[0] if states is not None else None
+            kept = self._kept_prefix = _KeptPrefix(key, cache, prefix_states)
+        return kept
 
     def generate(
         self, prompts: Sequence[Sequence[int]], *, greedy: bool = False, actions: Actions | None = None
@@ -387,11 +418,12 @@ class TransformersSampler:
         self.model.eval()
         try:
             with states or contextlib.nullcontext():
-                cache = None
-                if shared:  # the common prefix once, its cache repeated for every row
-                    prefix = torch.as_tensor([prompts[0][:shared]], dtype=torch.long, device=device)
-                    out = self.model(input_ids=prefix, use_cache=True)
-                    cache = out[cache_name()] if cache_name() in out else out["past_key_values"]
+                cache, prefix_states = None, None
+                if (
+                    shared
+                ):  # the common prefix once (or kept from the last call), its cache copied to every row
+                    kept = self._prefix(prompts[0][:shared], device, states)
+                    cache, prefix_states = copy.deepcopy(kept.cache), kept.states
                     cache.batch_repeat_interleave(len(prompts))
                 sequences = self.model.generate(
                     input_ids=input_ids.to(device),
@@ -412,5 +444,5 @@ class TransformersSampler:
             token_ids.append(row[:length])
             lps.append(lp_row[:length])
         texts = self.tokenizer.batch_decode(token_ids, skip_special_tokens=True)
-        kept = None if states is None else states.rows(shared, rests, [len(ids) for ids in token_ids])
+        kept = None if states is None else states.rows(prefix_states, rests, [len(ids) for ids in token_ids])
         return Samples(token_ids, texts, lps, kept)
