@@ -39,6 +39,58 @@ def test_branch_advantages_by_hand() -> None:
     assert lifted == pytest.approx([0.01, 0.26, -0.24, 0.26])  # every offered move gains 0.0725 more
 
 
+def test_policy_weighted_branches_give_the_gradient_of_the_expected_reward() -> None:
+    """algo.branch_weight = "policy": the branches' surrogate has the gradient of the expected one-step reward
+    under the policy, which vanishes once the policy plays only best moves; the uniform weighting pushes the
+    logits by the advantages whatever the policy already does, so a policy on the best moves keeps sharpening."""
+    tried = torch.tensor([0.0, 0.25, -0.25, 0.25])
+    assert branch_advantages(tried.tolist(), 1.0, probabilities=[0.1, 0.2, 0.3, 0.4]) == pytest.approx(
+        [-0.0075, 0.035, -0.0975, 0.07]  # p * (r - 0.075), the policy's mean
+    )
+    logits = torch.tensor([0.3, -1.2, 0.8, 0.1], requires_grad=True)
+    expected = (torch.softmax(logits, -1) * tried).sum()
+    (exact,) = torch.autograd.grad(expected, logits)
+    p = torch.softmax(logits, -1).detach().tolist()
+    weights = torch.tensor(branch_advantages(tried.tolist(), 1.0, probabilities=p))
+    (surrogate,) = torch.autograd.grad((weights * torch.log_softmax(logits, -1)).sum(), logits)
+    torch.testing.assert_close(surrogate, exact)
+
+    on_best = torch.tensor([-30.0, 5.0, -30.0, 5.0], requires_grad=True)  # the two best moves, nothing else
+    p = torch.softmax(on_best, -1).detach().tolist()
+    for by_policy, vanishes in ((True, True), (False, False)):
+        weights = torch.tensor(branch_advantages(tried.tolist(), 1.0, probabilities=p if by_policy else None))
+        (push,) = torch.autograd.grad((weights * torch.log_softmax(on_best, -1)).sum(), on_best)
+        assert bool(push.abs().max() < 1e-6) is vanishes
+
+
+def test_scored_branches_weigh_by_the_actors_probability_and_report_it(words_model_path: Path) -> None:
+    """After scoring, algo.branch_weight = "policy" scales each branch's advantage by the probability the actor
+    gave its answer, around the policy's mean; groups/branch_best_probability is the mass on the best moves."""
+    rollout, storage, _ = _rollout(words_model_path, branch=True)
+    torch.manual_seed(0)
+    rollout.collect(storage)
+    score(storage, actor=rollout.sampler.model, critic=None, reference=None, temperature=1.0, max_tokens=4096,
+          device="cpu")  # fmt: skip
+    algo = AlgoConfig(advantage="grpo", group_size=1, max_episode_turns=6, branch_actions=True)
+    algo.branch_weight = "policy"
+    metrics = compute_advantages(storage, Config(algo=algo))
+    on_best = []
+    for (t, n), tried in storage.branch_rewards.items():
+        columns = [storage.branch_column(n, b) for b in range(len(tried))]
+        chances = [
+            float(storage.old_logprobs[t, c, : int(storage.response_lens[t, c])].sum().exp()) for c in columns
+        ]
+        assert 0 < sum(chances) < 1  # free answers: the three words are not all the actor may say
+        weights = chances if storage.branch_valid[(t, n)] else [*chances, float(
+            storage.old_logprobs[t, n, : int(storage.response_lens[t, n])].sum().exp())]  # fmt: skip
+        rewards = tried if storage.branch_valid[(t, n)] else [*tried, float(storage.rewards[t, n])]
+        mean = np.dot(weights, rewards) / sum(weights)
+        for c, p, r in zip(columns, chances, tried, strict=True):
+            assert float(storage.turn_advantages[t, c]) == pytest.approx(p * (r - mean), abs=1e-6)
+        on_best.append(sum(p for p, r in zip(chances, tried, strict=True) if r == max(tried)))
+    assert metrics["groups/branch_best_probability"] == pytest.approx(np.mean(on_best), abs=1e-6)
+
+
 def test_tried_actions_report_each_move_s_reward_and_leave_the_env_where_it_was() -> None:
     env = gym.make(GOTO_WIN, shaping=0.25, offered_actions=["up", "right", "down", "left"])
     twin = gym.make(GOTO_WIN, shaping=0.25, offered_actions=["up", "right", "down", "left"])
@@ -200,6 +252,7 @@ def test_make_batches_gives_each_env_its_branch_columns(words_model_path: Path) 
             ['algo.advantage="gigpo"', "algo.branch_actions=true", "ppo.reuse_sampler_logprobs=true"],
             "fix: ppo.reuse_sampler_logprobs=false",
         ),
+        (['algo.advantage="gigpo"', 'algo.branch_weight="policy"'], "fix: algo.branch_actions=true"),
     ],
 )
 def test_bad_branch_settings_stop_with_one_line(overrides: list[str], message: str) -> None:

@@ -354,6 +354,8 @@ class AlgoConfig:
     """grpo/gigpo/rloo: subtract each action's mean advantage over the batch from its turns (info["executed_action"]; invalid answers keep theirs), so no action gains everywhere for faring well on average: only the state it was chosen in decides."""
     branch_actions: bool = False
     """grpo/gigpo/rloo: from every state played, also try each offered action once in a deep copy of the env and train on those one-step branches, each with advantage step_weight * (its reward - the mean over the state's branches, and the played answer if it was invalid); the played turn keeps its group advantage alone. Needs copyable envs, a reward that tells one step apart (a shaping reward) and ppo.reuse_sampler_logprobs = false."""
+    branch_weight: Literal["uniform", "policy"] = "uniform"
+    """algo.branch_actions: how a state's branches are weighed. "uniform": each as if it had been sampled, w * (r - mean of the branches); the logits then move by about +rate * advantage every update whatever the policy already does, an objective without an optimum that sharpens without end (the tiny BabaIsAI mix blew up under it, docs/log.md). "policy": each by the probability the policy gave it before the update, w * pi(b|s) * (r - sum_b pi r / sum_b pi): the exact gradient of the expected one-step reward under the policy (Mean Actor-Critic, Allen et al. 2017), which stops pushing once the policy puts its mass on the best moves."""
 
     @property
     def critic(self) -> bool:
