@@ -41,26 +41,32 @@ def test_branch_advantages_by_hand() -> None:
 
 def test_policy_weighted_branches_give_the_gradient_of_the_expected_reward() -> None:
     """algo.branch_weight = "policy": the branches' surrogate has the gradient of the expected one-step reward
-    under the policy, which vanishes once the policy plays only best moves; the uniform weighting pushes the
-    logits by the advantages whatever the policy already does, so a policy on the best moves keeps sharpening."""
+    under the policy, which vanishes once the policy plays only best moves; "best" is the cross-entropy toward
+    the best moves, which vanishes there too but still pulls a best move the policy has ruled out; "uniform"
+    pushes the logits by the advantages whatever the policy already does, so it never stops sharpening."""
     tried = torch.tensor([0.0, 0.25, -0.25, 0.25])
-    assert branch_advantages(tried.tolist(), 1.0, probabilities=[0.1, 0.2, 0.3, 0.4]) == pytest.approx(
-        [-0.0075, 0.035, -0.0975, 0.07]  # p * (r - 0.075), the policy's mean
-    )
+    by_hand = branch_advantages(tried.tolist(), 1.0, mode="policy", probabilities=[0.1, 0.2, 0.3, 0.4])
+    assert by_hand == pytest.approx([-0.0075, 0.035, -0.0975, 0.07])  # p * (r - 0.075), the policy's mean
+    assert branch_advantages(tried.tolist(), 2.0, mode="best") == pytest.approx([0.0, 1.0, 0.0, 1.0])
     logits = torch.tensor([0.3, -1.2, 0.8, 0.1], requires_grad=True)
     expected = (torch.softmax(logits, -1) * tried).sum()
     (exact,) = torch.autograd.grad(expected, logits)
     p = torch.softmax(logits, -1).detach().tolist()
-    weights = torch.tensor(branch_advantages(tried.tolist(), 1.0, probabilities=p))
+    weights = torch.tensor(branch_advantages(tried.tolist(), 1.0, mode="policy", probabilities=p))
     (surrogate,) = torch.autograd.grad((weights * torch.log_softmax(logits, -1)).sum(), logits)
     torch.testing.assert_close(surrogate, exact)
 
-    on_best = torch.tensor([-30.0, 5.0, -30.0, 5.0], requires_grad=True)  # the two best moves, nothing else
-    p = torch.softmax(on_best, -1).detach().tolist()
-    for by_policy, vanishes in ((True, True), (False, False)):
-        weights = torch.tensor(branch_advantages(tried.tolist(), 1.0, probabilities=p if by_policy else None))
-        (push,) = torch.autograd.grad((weights * torch.log_softmax(on_best, -1)).sum(), on_best)
-        assert bool(push.abs().max() < 1e-6) is vanishes
+    def push(mode: str, logits: list[float]) -> float:
+        """The largest logit gradient the branches' surrogate gives a policy with these logits."""
+        x = torch.tensor(logits, requires_grad=True)
+        p = torch.softmax(x, -1).detach().tolist()
+        weights = torch.tensor(branch_advantages(tried.tolist(), 1.0, mode=mode, probabilities=p))
+        (grad,) = torch.autograd.grad((weights * torch.log_softmax(x, -1)).sum(), x)
+        return float(grad.abs().max())
+
+    on_best, ruled_out = [-30.0, 5.0, -30.0, 5.0], [30.0, -30.0, 0.0, -30.0]  # the best moves are 1 and 3
+    assert push("policy", on_best) < 1e-6 and push("best", on_best) < 1e-6 and push("uniform", on_best) > 0.3
+    assert push("policy", ruled_out) < 1e-6 < 0.9 < push("best", ruled_out)
 
 
 def test_scored_branches_weigh_by_the_actors_probability_and_report_it(words_model_path: Path) -> None:

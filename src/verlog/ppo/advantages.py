@@ -41,9 +41,9 @@ no critic there are no returns to fit (left at 0).
 by :class:`verlog.ppo.group_rollout.Brancher`): each offered action's one-step branch from a played state gets
 ``w * (r - mean)``, r its one-step reward, the mean over the state's branches and over the played answer too
 when that was invalid (its penalty, through the mean, lifts every offered move of the state together). The
-played turn keeps its group advantage alone. With ``algo.branch_weight = "policy"`` each branch's advantage is
-also scaled by the probability the actor gave it when scored, and the mean is the policy's: the branches'
-gradient is then that of the expected one-step reward, which vanishes once the policy plays the best moves.
+played turn keeps its group advantage alone. ``algo.branch_weight`` chooses other weights: "policy" scales each
+by the actor's probability of the move, around the policy's mean (the gradient of the expected one-step reward);
+"best" puts ``w / k`` on each of the state's k best moves and 0 on the rest (the cross-entropy toward them).
 
 **Dynamic sampling**: a group whose turns all have a zero advantage carries no gradient. :func:`group_signal`
 says which groups do, so the rollout can play the others again: the estimator's judgement, asked before
@@ -360,20 +360,23 @@ def branch_advantages(
     tried: Sequence[float],
     weight: float,
     invalid: float | None = None,
-    probabilities: Sequence[float] | None = None,
+    *,
+    mode: str = "uniform",
+    probabilities: Sequence[float] = (),
     invalid_probability: float = 0.0,
 ) -> list[float]:
-    """Each branch's advantage: ``weight * (reward - mean)``, the mean over the branches' rewards and, when the
-    played answer was invalid, its reward ``invalid`` too (its penalty lowers the mean: every offered move gains).
-
-    With the policy's ``probabilities`` of the branches (``algo.branch_weight = "policy"``), the mean is the
-    policy's (each reward weighed by its probability; the invalid answer by ``invalid_probability``) and each
-    advantage is scaled by its branch's probability: summed over the branches, the gradient of the expected
-    one-step reward."""
+    """Each branch's advantage, as ``algo.branch_weight`` (``mode``) weighs it. "uniform": ``weight * (r -
+    mean)``, the mean over the branches' rewards and, when the played answer was invalid, its reward ``invalid``
+    too (its penalty lowers the mean: every offered move gains). "policy": ``weight * p * (r - mean)``, with
+    ``probabilities`` p the actor's for the branches (``invalid_probability`` the invalid answer's) and the mean
+    the policy's: summed, the gradient of the expected one-step reward. "best": ``weight / k`` on each of the k
+    best moves, 0 on the others: the cross-entropy toward the best moves."""
+    if mode == "best":
+        best = [r >= max(tried) - 1e-6 for r in tried]
+        return [weight * b / sum(best) for b in best]
     rewards = [*tried] if invalid is None else [*tried, invalid]
-    if probabilities is None:
-        mean = sum(rewards) / len(rewards)
-        return [weight * (r - mean) for r in tried]
+    if mode == "uniform":
+        return [weight * (r - sum(rewards) / len(rewards)) for r in tried]
     weights = [*probabilities] if invalid is None else [*probabilities, invalid_probability]
     total = sum(weights)
     mean = sum(w * r for w, r in zip(weights, rewards, strict=True)) / total if total > 0 else 0.0
@@ -385,30 +388,25 @@ def _answer_probability(storage: GroupStorage, t: int, column: int) -> float:
     return float(torch.exp((storage.old_logprobs[t, column] * storage.response_mask[t, column]).sum()))
 
 
-def branch_term(storage: GroupStorage, weight: float, by_policy: bool = False) -> dict[str, float]:
+def branch_term(storage: GroupStorage, weight: float, mode: str = "uniform") -> dict[str, float]:
     """Set the branch turns' advantages (``storage.turn_advantages``); return the branch metrics.
 
-    ``by_policy`` (``algo.branch_weight = "policy"``) weighs each branch by the probability the actor gave it
-    when scored (:func:`branch_advantages`). Over the played turns with a valid answer:
+    ``mode`` is ``algo.branch_weight`` (:func:`branch_advantages`; "policy" reads the probabilities the actor
+    gave the branches when scored). Over the played turns with a valid answer:
     ``groups/branch_gain``, the played move's reward minus the mean of its state's branches (above 0: better than
     a uniform choice among the offered moves), and ``groups/branch_best_share``, how often it earned as much as
     the state's best branch; over every state with branches, ``groups/branch_best_probability``, the probability
     the actor put on the state's best moves together (what the branches teach, read without sampling's noise).
     """
-    gains: list[float] = []
-    best: list[bool] = []
-    on_best: list[float] = []
+    gains, on_best, best = [], [], []
     for (t, n), tried in storage.branch_rewards.items():
         if not tried:
             continue
         played, valid = float(storage.rewards[t, n]), storage.branch_valid.get((t, n), False)
         chances = [_answer_probability(storage, t, storage.branch_column(n, b)) for b in range(len(tried))]
+        invalid = (None, 0.0) if valid else (played, _answer_probability(storage, t, n))
         advantages = branch_advantages(
-            tried,
-            weight,
-            None if valid else played,
-            probabilities=chances if by_policy else None,
-            invalid_probability=0.0 if valid else _answer_probability(storage, t, n),
+            tried, weight, invalid[0], mode=mode, probabilities=chances, invalid_probability=invalid[1]
         )
         for b, advantage in enumerate(advantages):
             storage.turn_advantages[t, storage.branch_column(n, b)] = advantage
@@ -483,7 +481,7 @@ def _group(
         metrics["groups/step_group_size"] = float(sizes.mean())
         metrics["groups/anchored_turn_fraction"] = float(sizes[sizes > 1].sum() / max(turns, 1))
     if storage.branch_width:
-        metrics.update(branch_term(storage, algo.step_weight, by_policy=algo.branch_weight == "policy"))
+        metrics.update(branch_term(storage, algo.step_weight, algo.branch_weight))
     if result.action_means:  # how far apart the actions' mean advantages were before centring
         means = result.action_means.values()
         metrics["groups/action_mean_spread"] = max(means) - min(means)
