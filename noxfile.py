@@ -115,9 +115,13 @@ def bench_training(session: nox.Session) -> None:
 def bench_trunk_cache(session: nox.Session) -> None:
     """The SmolLM2 Crafter preset's turns/s, scoring and update time and memory, without and with the frozen trunk
     run once (ppo.trunk_cache), with the critic on that trunk too (ppo.trunk_critic), and with the transformers
-    sampler, which keeps the trunk's states as it answers, in place of vLLM; run on idle cores."""
-    trunk = ["ppo.trunk_cache=true"]
-    for lever in ([], trunk, [*trunk, "ppo.trunk_critic=true"], [*trunk, "sampling.backend=transformers"]):
+    sampler, which keeps the trunk's states as it answers, in place of vLLM, and with both; run on idle cores."""
+    trunk, critic, sampler = (
+        ["ppo.trunk_cache=true"],
+        ["ppo.trunk_critic=true"],
+        ["sampling.backend=transformers"],
+    )
+    for lever in ([], trunk, [*trunk, *critic], [*trunk, *sampler], [*trunk, *critic, *sampler]):
         session.run("python", "-m", "benchmarks.speed.training", "--config", "envs/learn_crafter_real.toml",
                     "--updates", "6", *lever, *session.posargs)  # fmt: skip
 
@@ -303,6 +307,15 @@ def probe_state_dependence(session: nox.Session) -> None:
     """Does a trained Crafter policy read the observation? The mutual information between state and answer, and the
     answer by what the player faces, for the preset's seeds (or the run folders given)."""
     session.run("python", "-m", "benchmarks.probes.state_dependence", *session.posargs)
+
+
+@nox.session
+def probe_supervised_aim(session: nox.Session) -> None:
+    """Can the tiny BabaIsAI model read where to go at all? The same untrained model trained on labelled states
+    toward the best moves, and with the one-step branches' two policy-gradient weightings, judged held out."""
+    for objective in ("cross-entropy", "branches-uniform", "branches-policy"):
+        session.run("python", "-m", "benchmarks.probes.supervised_aim", "--steps", "600", "--every", "50",
+                    "--objective", objective, *session.posargs)  # fmt: skip
 
 
 @nox.session
