@@ -296,7 +296,7 @@ def _algo(config: Config) -> Iterator[str]:
         yield f"algo.advantage must be one of {list(ESTIMATOR_NAMES)}, got {algo.advantage!r}"
         return
     if algo.branch_weight != "uniform" and not algo.branch_actions:  # the loader checks the name
-        yield f"algo.branch_weight = {algo.branch_weight!r} weighs branches; there are none (fix: algo.branch_actions=true)"
+        yield f"algo.branch_weight = {algo.branch_weight!r} weighs branches (fix: algo.branch_actions=true)"
     if algo.critic:
         if algo.center_actions:
             yield 'algo.center_actions centres group advantages; a critic has none (fix: algo.advantage="gigpo")'

@@ -419,9 +419,8 @@ class TransformersSampler:
         try:
             with states or contextlib.nullcontext():
                 cache, prefix_states = None, None
-                if (
-                    shared
-                ):  # the common prefix once (or kept from the last call), its cache copied to every row
+                # the common prefix once (or kept from the last call), its cache copied to every row
+                if shared:
                     kept = self._prefix(prompts[0][:shared], device, states)
                     cache, prefix_states = copy.deepcopy(kept.cache), kept.states
                     cache.batch_repeat_interleave(len(prompts))
