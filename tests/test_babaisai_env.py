@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import pickle
 
 import gymnasium as gym
@@ -201,6 +202,45 @@ def test_shaping_pays_for_steps_toward_win_and_leaves_success_alone(shaping: flo
     _, reward, terminated, _, info = env.step("right")  # onto the key: the win pays its own reward only
     assert terminated and info["won"] and info["progression"] == 1.0
     assert reward == pytest.approx(1 - 0.9 * 8 / 100)
+
+
+def greedy_on_shaping(env: BabaIsAIEnv, seed: int) -> bool:
+    """Play one episode taking the move whose one-step shaped reward is highest (the first on ties), as the
+    labels of ``algo.branch_weight = "best"`` would; whether it won."""
+    env.reset(seed=seed)
+    moves = ("up", "right", "down", "left")
+    for _ in range(env.max_steps):
+        earned = [copy.deepcopy(env).step(move)[1] for move in moves]
+        _, _, terminated, truncated, info = env.step(moves[int(np.argmax(earned))])
+        if terminated or truncated:
+            return bool(info["won"])
+    return False
+
+
+def test_plan_potential_leads_through_the_stop_wall_where_the_estimate_does_not() -> None:
+    """maybe_break_stop's WIN object may lie behind a STOP wall: the estimate walks straight at it, the plan
+    potential counts the way round (opening the wall first), so following it wins every level."""
+    family = "two_room-maybe_break_stop-goto_win"
+    moves = ["up", "right", "down", "left"]
+    by_plan = BabaIsAIEnv(level=family, offered_actions=moves, shaping=1.0, potential="plan")
+    by_estimate = BabaIsAIEnv(level=family, offered_actions=moves, shaping=1.0)
+    assert all(greedy_on_shaping(by_plan, seed) for seed in range(6))
+    assert not all(greedy_on_shaping(by_estimate, seed) for seed in range(6))  # seeds 1, 2, 4, 5 lose
+
+
+def test_plan_potential_pays_each_step_the_change_in_the_plan_length() -> None:
+    env = BabaIsAIEnv(level="goto_win", shaping=1.0, potential="plan")
+    env.reset(seed=0)
+    env.board, env.state = level_from_map(SHAPING_MAP)
+    for action in ("right", "left", "up", "idle"):
+        before = len(solve(env, optimal=True))
+        reward = env.step(action)[1]
+        assert reward == pytest.approx(before - len(solve(env, optimal=True))), action
+
+
+def test_unknown_potential_is_refused_with_the_choices() -> None:
+    with pytest.raises(ValueError, match=r"potential='steps'.*estimate.*plan"):
+        BabaIsAIEnv(potential="steps")
 
 
 def test_shaping_must_be_a_non_negative_weight() -> None:

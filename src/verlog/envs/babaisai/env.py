@@ -10,10 +10,14 @@ from verlog.envs.babaisai.engine import ACTIONS, Board, Rules, State
 from verlog.envs.babaisai.heuristic import estimate, is_plain
 from verlog.envs.babaisai.levels import LEVELS, generate
 from verlog.envs.babaisai.render import render_ansi, render_rgb
+from verlog.envs.babaisai.solver import solve_state
 from verlog.envs.babaisai.text import Observer
 from verlog.envs.base import TextEnv
 
-__all__ = ["INSTRUCTION", "BabaIsAIEnv"]
+__all__ = ["INSTRUCTION", "POTENTIALS", "BabaIsAIEnv"]
+
+#: What the shaping reward counts as the steps still needed (``BabaIsAIEnv(potential=...)``).
+POTENTIALS = ("estimate", "plan")
 
 _INSTRUCTION_TEMPLATE = """You are playing Baba Is You, a puzzle game in which the rules of a level are word blocks lying on the map, and you change the rules by pushing those blocks around.
 
@@ -82,6 +86,12 @@ class BabaIsAIEnv(TextEnv):
             steps still needed to win (capped at the board's width plus height), so a step toward the WIN object pays and
             breaking the win rule costs. A sparse win teaches a small model little in a few thousand turns;
             this is the dense signal. Wins, ``progression`` and success are unchanged. 0 (BALROG's) is off.
+        potential: what ``shaping`` counts as the steps still needed. ``"estimate"`` (the default): the
+            heuristic above, which walks straight to the blocks and the WIN object, blind to STOP walls and
+            push chains; greedily following it wins only ~47 % of ``two_room-maybe_break_stop-goto_win``,
+            whose wall must be opened first. ``"plan"``: the length of the solver's fast plan from the state
+            (A* by the estimate, a few hundred states at most, under a millisecond on BALROG's boards), capped at
+            twice the width plus height where no plan exists; greedy on it wins ~100 % of every family.
         **kwargs: :class:`~verlog.envs.base.TextEnv` options (invalid-action policy, ``render_mode``).
 
     Observation: BALROG's text: ``Active rules:`` (one rule a line, ``baba is you``), then ``Objects on the
@@ -138,9 +148,12 @@ class BabaIsAIEnv(TextEnv):
         levels: tuple[str, ...] | list[str] | None = None,
         max_steps: int = 100,
         colors: bool = False,
+        potential: str = "estimate",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        if potential not in POTENTIALS:
+            raise ValueError(f"potential={potential!r}: choose one of {POTENTIALS}")
         families = tuple(levels) if levels is not None else (level,)
         unknown = [f for f in families if f not in LEVELS]
         if unknown or not families:
@@ -150,6 +163,7 @@ class BabaIsAIEnv(TextEnv):
         self.levels = families
         self.max_steps = int(max_steps)
         self.colors = bool(colors)
+        self.potential = potential
         self.level = families[0]
         # built once: the instruction goes into every step's info
         self._instruction_text = (
@@ -164,6 +178,8 @@ class BabaIsAIEnv(TextEnv):
         # Caches, rebuilt from board and state whenever they are missing or stale (see _apply).
         self._observer: Observer | None = None
         self._named_rules: tuple[Rules | None, tuple[tuple[str, str], ...]] = (None, ())
+        # (board, cells, value): the last state's plan length, which the next step's "before" asks for again
+        self._last_potential: tuple[Board, tuple[int, ...], int] | None = None
 
     # ------------------------------------------------------------------ hooks
     def _new_episode(self) -> tuple[str, dict[str, Any]]:
@@ -175,6 +191,7 @@ class BabaIsAIEnv(TextEnv):
         self.board, self.state, self.target_plan = generated.board, generated.state, generated.target_plan
         self.steps = 0
         self._won = False
+        self._last_potential = None
         self._observer = Observer(self.board, self.state, self.colors)
         return self._text(), self._game_info(None)
 
@@ -212,10 +229,28 @@ class BabaIsAIEnv(TextEnv):
         height (a lost or unplannable state costs the longest walk, not the heuristic's large sentinel); the cap
         outside plain levels, where the heuristic does not hold, so shaping pays nothing there."""
         assert self.board is not None and self.state is not None
+        if self.potential == "plan":
+            return self._plan_length()
         cap = self.board.width + self.board.height
         if not is_plain(self.state):
             return cap
         return min(estimate(self.board, self.state), cap)
+
+    def _plan_length(self) -> int:
+        """Steps in the solver's fast plan from the current state (the ``"plan"`` potential), cached for the
+        last state: its "after" is the next step's "before", and each one-step branch's copy starts there."""
+        assert self.board is not None and self.state is not None
+        if self._won:
+            return 0
+        cells = self.state.cells
+        last = self._last_potential
+        if last is not None and last[0] is self.board and last[1] == cells:
+            return last[2]
+        cap = 2 * (self.board.width + self.board.height)
+        plan = solve_state(self.board, self.state, self.max_steps, 5_000, optimal=False).actions
+        value = cap if plan is None else min(len(plan), cap)
+        self._last_potential = (self.board, cells, value)
+        return value
 
     def _current_observer(self) -> Observer:
         """The observer of ``self.state``. A board or state set from outside, a colour switch or a clone from
