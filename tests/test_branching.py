@@ -3,6 +3,7 @@ group rollout whose branch turns carry every offered action from each played sta
 
 from __future__ import annotations
 
+import copy
 import threading
 from pathlib import Path
 
@@ -10,19 +11,21 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from accelerate import Accelerator
 from toy_env import TOY_ID
 
 import verlog
-from verlog.config import AlgoConfig, Config, ConfigError, load_config
+from verlog.config import AlgoConfig, Config, ConfigError, PPOConfig, load_config
 from verlog.models.loading import load_models
 from verlog.models.prompts import PromptBuilder
 from verlog.models.tiny import build_tiny
 from verlog.ppo.advantages import branch_advantages, compute_advantages
-from verlog.ppo.build import make_batches
+from verlog.ppo.build import Models, make_batches
 from verlog.ppo.forward import actor_logprobs, collate
 from verlog.ppo.group_rollout import Brancher, GroupRollout, branch_width, offered_actions, try_actions
 from verlog.ppo.scoring import score, score_metrics
 from verlog.ppo.storage import GroupStorage
+from verlog.ppo.update import ppo_update
 from verlog.runkit.validate import validate
 from verlog.sampling import TransformersSampler
 
@@ -219,6 +222,60 @@ def test_scoring_runs_a_played_turn_s_prompt_once_for_it_and_its_branches(words_
             answer = storage.responses[t, n, : int(storage.response_lens[t, n])].tolist()
             alone, _ = actor_logprobs(actor, collate([storage.prompts[t][n]], [answer], pad))
             torch.testing.assert_close(storage.old_logprobs[t, n, : len(answer)], alone[0], atol=1e-5, rtol=0)
+
+
+def test_the_update_runs_a_state_s_prompt_once_and_steps_as_row_by_row(words_model_path: Path) -> None:
+    """ppo.share_branch_prompts: the update's micro-batches hold each state's prompt once, for its played turn
+    and its branches, and one optimiser step over the batch moves the actor as the row-by-row update does."""
+    rollout, storage, _ = _rollout(words_model_path, branch=True)
+    torch.manual_seed(0)
+    rollout.collect(storage)
+    actor = rollout.sampler.model
+    score(storage, actor=actor, critic=None, reference=None, temperature=1.0, max_tokens=4096, device="cpu")
+    compute_advantages(storage, Config(algo=rollout.algo))
+    rows, states = storage.rows(), storage.prompt_groups(storage.rows())
+    assert len(states) < len(rows)  # the branches repeat their state's prompt
+    after = {}
+    for share in (False, True):
+        storage.share_branch_prompts = share
+        if share:
+            (minibatch,) = storage.minibatches(1, 4096)
+            assert sum(int(mb.batch.prompt_ids.shape[0]) for mb in minibatch) == len(states)
+            assert sorted(row for mb in minibatch for row in mb.rows) == sorted(rows)
+        model = copy.deepcopy(actor)
+        optimizer = torch.optim.SGD(model.parameters(), lr=1.0)  # the step is the (clipped) gradient
+        metrics = ppo_update(
+            storage,
+            Models(actor=model, critic=None, actor_optimizer=optimizer, critic_optimizer=None),
+            accelerator=Accelerator(cpu=True),
+            config=PPOConfig(entropy_coef=0.01),
+            num_minibatches=1,
+        )
+        after[share] = ([p.detach().clone() for p in model.parameters()], metrics)
+    moved = [a - b.detach() for a, b in zip(after[False][0], actor.parameters(), strict=True)]
+    assert max(float(d.abs().max()) for d in moved) > 1e-4  # the update did move the actor
+    for a, b in zip(after[False][0], after[True][0], strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+    for key in ("losses/policy_loss", "losses/entropy", "losses/grad_norm"):
+        assert after[True][1][key] == pytest.approx(after[False][1][key], rel=1e-4, abs=1e-6), key
+
+
+def test_sharing_branch_prompts_refuses_what_reads_each_row_s_prompt(words_model_path: Path) -> None:
+    config = load_config(None, [f"model.path={words_model_path}", f"env.id={TOY_ID}", "env.num_envs=2",
+                                'algo.advantage="gigpo"', "algo.branch_actions=true", "ppo.share_branch_prompts=true",
+                                "ppo.reading_coef=0.1"])  # fmt: skip
+    models = load_models(str(words_model_path), with_reference=False)
+    envs = verlog.make_vec(TOY_ID, 2, memory="history", seed=0)
+    sampler = TransformersSampler(models.actor, models.tokenizer, max_new_tokens=3)
+    config.algo.group_size = 2
+    with pytest.raises(ValueError, match="ppo.share_branch_prompts=false"):
+        make_batches(
+            config,
+            envs,
+            sampler,
+            PromptBuilder(models.tokenizer, "action", 768),
+            models.tokenizer.pad_token_id,
+        )
 
 
 def test_make_batches_gives_each_env_its_branch_columns(words_model_path: Path) -> None:

@@ -238,6 +238,8 @@ class PPOConfig:
     """Token budget of one forward pass (rows x padded length); gradients accumulate over micro-batches."""
     share_prompt_prefix: bool = False
     """Run the prompt prefix every row of a micro-batch shares (instruction, worked examples) once, not once per row, in scoring and in the update: the same scores and gradients up to float rounding, fewer tokens through the model (benchmarks/speed/prefix_update.py). Not with DeepSpeed across processes, whose forwards are collective."""
+    share_branch_prompts: bool = False
+    """With algo.branch_actions: the update moves a played turn and its one-step branches (which repeat its prompt) as one, and runs each prompt once for all of them, as scoring does: the same log-probs and gradients up to float rounding, about (1 + branches) times fewer prompt tokens through the model (SmolLM2 on BabaIsAI: four branches a turn). Minibatches are then drawn by prompt, not by turn. Not with ppo.trunk_cache or ppo.reading_coef."""
     pad_to_multiple: int = 1
     """Left-pad each scored and trained micro-batch's prompts to a multiple of this many tokens (1 = to the longest): the same scores, a few more tokens, and far fewer distinct shapes, so the CPU's matrix kernels (oneDNN, which builds and keeps one primitive per shape) are reused rather than built again, and their cache stops growing (benchmarks/speed/pad_shapes.py)."""
     trunk_cache: bool = False

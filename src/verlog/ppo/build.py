@@ -308,4 +308,10 @@ def make_batches(
         algo.max_episode_turns, env.num_envs, prompt.max_response_tokens, pad_id, branch_width=width
     )
     storage.pad_multiple = config.ppo.pad_to_multiple
+    if config.ppo.share_branch_prompts and (config.ppo.trunk_cache or config.ppo.reading_coef > 0):
+        raise ValueError(
+            "ppo.share_branch_prompts runs each prompt once from its tokens, but ppo.trunk_cache and "
+            "ppo.reading_coef read every row's own prompt: set ppo.share_branch_prompts=false or turn those off"
+        )
+    storage.share_branch_prompts = config.ppo.share_branch_prompts
     return group_rollout, storage

@@ -40,6 +40,7 @@ __all__ = [
     "collate",
     "collate_shared",
     "critic_values",
+    "shared_prompt_logits",
     "shared_prompt_logprobs",
     "values_through",
     "with_trunk_states",
@@ -258,13 +259,17 @@ def actor_logprobs(
 
 
 def actor_answers(
-    model: nn.Module, batch: Batch, temperature: float = 1.0
+    model: nn.Module, batch: Batch | SharedBatch, temperature: float = 1.0
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """:func:`actor_logprobs` with the entropy, the whole distribution ``[B, V]`` of each row's first answer
     token (over the allowed tokens under a constraint): what the policy would answer in each state, for the
     answer's mutual information with the state (:func:`answer_information`), and that position's logits over
-    the whole vocabulary (for the reading loss, :func:`~verlog.ppo.update.reading_loss`)."""
-    logits = _response_logits(model, batch, temperature)
+    the whole vocabulary (for the reading loss, :func:`~verlog.ppo.update.reading_loss`). A
+    :class:`SharedBatch` runs each of its prompts once (``ppo.share_branch_prompts``)."""
+    if isinstance(batch, SharedBatch):
+        logits = shared_prompt_logits(model, batch, temperature)
+    else:
+        logits = _response_logits(model, batch, temperature)
     logprobs, entropy = _logprobs(logits, batch.response_ids, batch.allowed, with_entropy=True)
     first = logits[:, 0]
     if batch.allowed is not None:
@@ -357,10 +362,11 @@ def collate_shared(
     )
 
 
-def shared_prompt_logprobs(model: nn.Module, batch: SharedBatch, temperature: float = 1.0) -> Tensor:
-    """Log-probs ``[K, R]`` of each answer, equal to :func:`actor_logprobs` on its own row (up to float
-    rounding): the prompts run once, their cache is copied to each answer's row, the answers run on top.
-    Two forward passes whatever the answers' lengths (a one-token answer feeds one ignored token)."""
+def shared_prompt_logits(model: nn.Module, batch: SharedBatch, temperature: float = 1.0) -> Tensor:
+    """Logits ``[K, R, V]`` predicting each answer's tokens, equal to those of its own row of a plain batch (up
+    to float rounding): the prompts run once, their cache is copied to each answer's row (the copy carries the
+    gradient of every answer back into its prompt's one pass), the answers run on top. Two forward passes
+    whatever the answers' lengths (a one-token answer feeds one ignored token)."""
     owner, r_len = batch.owner, batch.response_ids.shape[1]
     out = model(
         input_ids=batch.prompt_ids,
@@ -381,6 +387,12 @@ def shared_prompt_logprobs(model: nn.Module, batch: SharedBatch, temperature: fl
         past_key_values=cache,
         use_cache=True,
     )
-    logits = torch.cat([out.logits[owner, -1:], rest.logits[:, : r_len - 1]], dim=1).float() / temperature
+    return torch.cat([out.logits[owner, -1:], rest.logits[:, : r_len - 1]], dim=1).float() / temperature
+
+
+def shared_prompt_logprobs(model: nn.Module, batch: SharedBatch, temperature: float = 1.0) -> Tensor:
+    """Log-probs ``[K, R]`` of each answer, equal to :func:`actor_logprobs` on its own row (up to float
+    rounding), from :func:`shared_prompt_logits`."""
+    logits = shared_prompt_logits(model, batch, temperature)
     logprobs, _ = _logprobs(logits, batch.response_ids, batch.allowed, with_entropy=False)
     return logprobs * batch.response_mask

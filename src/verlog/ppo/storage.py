@@ -40,7 +40,7 @@ class MicroBatch:
     """Rows ``(t, n)`` packed for one forward pass, with their stored per-token tensors cut to ``[B, R']``."""
 
     rows: list[tuple[int, int]]
-    batch: Batch
+    batch: Batch | SharedBatch  # shared: ppo.share_branch_prompts's update
     old_logprobs: Tensor
     advantages: Tensor
     returns: Tensor
@@ -92,6 +92,9 @@ class TurnStorage:
         self.num_turns, self.num_envs, self.max_response_tokens, self.pad_id = T, N, R, pad_id
         #: Micro-batches run the prompt prefix all their rows share once (``ppo.share_prompt_prefix``).
         self.share_prefix = False
+        #: The update moves the turns that repeat a prompt (a played turn and its one-step branches) together
+        #: and runs each prompt once for them (``ppo.share_branch_prompts``).
+        self.share_branch_prompts = False
         #: Prompts of a micro-batch are padded to a multiple of this (``ppo.pad_to_multiple``): fewer shapes.
         self.pad_multiple = 1
         #: The columns whose answers the sampler gave (the rest, if any, are one-step branches it never sampled).
@@ -247,24 +250,34 @@ class TurnStorage:
         """The ``rows`` whose prompt another row repeats (a played turn and its one-step branches), grouped by
         prompt and packed by the token budget, each prompt counted once; rows with a prompt of their own are
         left out (:meth:`micro_batches` packs those)."""
+        repeated = [members for members in self.prompt_groups(rows) if len(members) > 1]
+        return [SharedMicroBatch(members, self._shared_batch(members, owner)) for members, owner in self._pack_groups(repeated, max_tokens)]  # fmt: skip
+
+    def prompt_groups(self, rows: Sequence[tuple[int, int]]) -> list[list[tuple[int, int]]]:
+        """``rows`` grouped by identical prompt, in order of first appearance."""
         groups: dict[tuple[int, ...], list[tuple[int, int]]] = {}
         for t, n in rows:
             groups.setdefault(tuple(self.prompts[t][n]), []).append((t, n))
-        repeated = [members for members in groups.values() if len(members) > 1]
+        return list(groups.values())
+
+    def _pack_groups(
+        self, groups: Sequence[list[tuple[int, int]]], max_tokens: int
+    ) -> Iterator[tuple[list[tuple[int, int]], list[int]]]:
+        """Prompt groups packed by the token budget, each prompt counted once: (rows, each row's prompt index)."""
         sizes = [
-            (len(self.prompts[m[0][0]][m[0][1]]), sum(int(self.response_lens[t, n]) for t, n in m))
-            for m in repeated
+            (len(self.prompts[g[0][0]][g[0][1]]), sum(int(self.response_lens[t, n]) for t, n in g))
+            for g in groups
         ]
-        batches = []
         for pack in pack_by_tokens(sizes, max_tokens):
-            members = [row for i in pack for row in repeated[i]]
-            owner = [j for j, i in enumerate(pack) for _ in repeated[i]]
-            prompts = [self.prompts[repeated[i][0][0]][repeated[i][0][1]] for i in pack]
-            answers = [self.responses[t, n, : int(self.response_lens[t, n])].tolist() for t, n in members]
-            shared = collate_shared(prompts, answers, owner, self.pad_id)
-            shared.allowed = self.allowed_tokens(members, answers, shared.response_ids.shape[1])
-            batches.append(SharedMicroBatch(members, shared))
-        return batches
+            yield [row for i in pack for row in groups[i]], [j for j, i in enumerate(pack) for _ in groups[i]]
+
+    def _shared_batch(self, members: list[tuple[int, int]], owner: list[int]) -> SharedBatch:
+        firsts = {o: row for o, row in zip(owner, members, strict=True)}
+        prompts = [self.prompts[t][n] for t, n in (firsts[o] for o in range(len(firsts)))]
+        answers = [self.responses[t, n, : int(self.response_lens[t, n])].tolist() for t, n in members]
+        shared = collate_shared(prompts, answers, owner, self.pad_id)
+        shared.allowed = self.allowed_tokens(members, answers, shared.response_ids.shape[1])
+        return shared
 
     def minibatches(
         self,
@@ -282,14 +295,32 @@ class TurnStorage:
         count = len(rows) if limit is None else min(limit, len(rows))
         if not 0 < num_minibatches <= count:
             raise ValueError(f"{count} turns do not divide into {num_minibatches} minibatches")
+        if self.share_branch_prompts and limit is None:
+            # A played turn and its branches move as one, and each micro-batch runs each of its prompts once.
+            groups = self.prompt_groups(rows)
+            if num_minibatches > len(groups):
+                raise ValueError(f"{len(groups)} prompts do not divide into {num_minibatches} minibatches")
+            order = torch.randperm(len(groups), generator=generator).tolist()
+            for part in np.array_split(np.asarray(order, dtype=np.int64), num_minibatches):
+                packed = self._pack_groups([groups[i] for i in part.tolist()], max_tokens)
+                yield [
+                    self._micro_batch(members, self._shared_batch(members, owner))
+                    for members, owner in packed
+                ]
+            return
         order = torch.randperm(len(rows), generator=generator)[:count].tolist()
         for part in np.array_split(np.asarray(order, dtype=np.int64), num_minibatches):
             yield list(self.micro_batches([rows[i] for i in part.tolist()], max_tokens))
 
-    def _micro_batch(self, rows: list[tuple[int, int]]) -> MicroBatch:
+    def _micro_batch(self, rows: list[tuple[int, int]], shared: SharedBatch | None = None) -> MicroBatch:
+        """``rows`` as one forward pass: a :class:`Batch`, or ``shared`` (their prompts once each) when given."""
         ts = torch.tensor([t for t, _ in rows])
         ns = torch.tensor([n for _, n in rows])
         r_len = int(self.response_lens[ts, ns].max())
+        if shared is not None:
+            r_len = shared.response_ids.shape[1]
+            cut = (self.old_logprobs, self.advantages, self.returns, self.token_values)
+            return MicroBatch(rows, shared, *(x[ts, ns, :r_len] for x in cut))
         responses = [self.responses[t, n, : int(self.response_lens[t, n])].tolist() for t, n in rows]
         kept = all(row in self.trunk_states for row in rows)
         prompts = [self.prompts[t][n] for t, n in rows]
