@@ -7,19 +7,21 @@ preset's prompt) learn to pick the move that brings the win closer, on states it
 
 States come from seeded resets of the preset's env (its families, offered moves and prompt), each followed by
 0..``--walk`` uniformly random moves. Each state is labelled by trying every offered move once in a copy of the
-env with a shaping reward (the solver heuristic's steps-to-win potential, the one ``algo.branch_actions``
-compares): the best moves are those that earn the most. The model is trained by cross-entropy on the offered
+env with a shaping reward (the preset's steps-to-win potential, ``env.kwargs.potential``: the heuristic's
+estimate unless it says ``"plan"``; the one ``algo.branch_actions`` compares): the best moves are those that
+earn the most. The model is trained by cross-entropy on the offered
 moves' first-token logits (renormalised over the moves, as ``sampling.constrain = "actions"`` answers), toward
 a uniform target over the best moves, and judged on held-out states (other seeds): how often its most likely
 move is a best one, against the best a blind policy can do (always answering the move that is most often best).
 
     python -m benchmarks.probes.supervised_aim [--config envs/learn_babaisai_mix.toml] [--states 4096]
-        [--objective cross-entropy|branches-uniform|branches-policy]
+        [--objective cross-entropy|branches-uniform|branches-policy] [env.kwargs.potential=plan]
 
 ``--objective branches-uniform`` / ``branches-policy`` trains on the same states with the loss a run with
 ``algo.branch_actions`` uses instead (each move's log-prob weighed by its branch advantage, as
 ``algo.branch_weight`` weighs it): the same labels, so what separates the objectives is the objective.
-Figures go to ``benchmarks/results/supervised_aim.json`` (one entry per preset and objective, the latest).
+Figures go to ``benchmarks/results/supervised_aim.json`` (one entry per preset, objective and potential, the
+latest), with the held-out accuracy per family.
 """
 
 from __future__ import annotations
@@ -88,38 +90,51 @@ def labelled_states(config: Any, tokenizer: Any, *, count: int, walk: int, seed:
 
 
 def train_and_judge(
-    model: Any, move_ids: list[int], train: list, test: list, args: Any
+    model: Any, move_ids: list[int], pad_id: int, train: list, test: list, args: Any
 ) -> list[dict[str, float]]:
     """Cross-entropy toward each state's best moves; the held-out accuracy every ``--every`` steps."""
     import torch
 
     from verlog.ppo.advantages import branch_advantages
+    from verlog.ppo.forward import collate
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
     rng = np.random.default_rng(args.seed)
 
     def logits_of(batch: list[dict[str, Any]]) -> torch.Tensor:
-        width = max(len(s["ids"]) for s in batch)
-        ids = torch.zeros((len(batch), width), dtype=torch.long)
-        mask = torch.zeros((len(batch), width), dtype=torch.long)
-        for i, s in enumerate(batch):  # left padding: the answer's position is the last column
-            ids[i, width - len(s["ids"]) :] = torch.as_tensor(s["ids"])
-            mask[i, width - len(s["ids"]) :] = 1
-        out = model(input_ids=ids, attention_mask=mask, logits_to_keep=1).logits[:, -1]
+        """The moves' logits after each prompt, packed as the learner packs a batch (left padding, positions
+        counted from each row's first real token), so the answer's position is the last column."""
+        packed = collate([s["ids"] for s in batch], [[]] * len(batch), pad_id)
+        out = model(
+            input_ids=packed.input_ids,
+            attention_mask=packed.attention_mask,
+            position_ids=packed.position_ids,
+            logits_to_keep=1,
+        ).logits[:, -1]
         return out[:, move_ids]
 
-    def judge() -> dict[str, float]:
+    def judge() -> dict[str, Any]:
         model.eval()
-        hits, probability = 0.0, 0.0
+        hit = np.zeros(len(test))
+        probability = 0.0
         with torch.no_grad():
             for k in range(0, len(test), 128):
                 part = test[k : k + 128]
                 p = torch.softmax(logits_of(part), -1).numpy()
                 best = np.stack([s["best"] for s in part])
-                hits += float(best[np.arange(len(part)), p.argmax(-1)].sum())
+                hit[k : k + len(part)] = best[np.arange(len(part)), p.argmax(-1)]
                 probability += float((p * best).sum())
         model.train()
-        return {"accuracy": hits / len(test), "best_probability": probability / len(test)}
+        levels = sorted({s["level"] for s in test})
+        by_level = {
+            lv: float(np.mean([h for h, s in zip(hit, test, strict=True) if s["level"] == lv]))
+            for lv in levels
+        }
+        return {
+            "accuracy": float(hit.mean()),
+            "best_probability": probability / len(test),
+            "by_level": by_level,
+        }
 
     curve = [{"step": 0, "examples": 0, **judge()}]
     for step in range(1, args.steps + 1):
@@ -194,7 +209,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     blind = float(best.mean(0).max())  # always answering the move most often best
     print(f"{len(train)} training and {len(test)} held-out states labelled in {time.perf_counter() - start:.0f} s;"
           f" a blind policy's best accuracy {blind:.3f}", flush=True)  # fmt: skip
-    curve = train_and_judge(model, [i[0] for i in move_ids], train, test, args)
+    potential = str(config.env.kwargs.get("potential", "estimate"))
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    curve = train_and_judge(model, [i[0] for i in move_ids], pad_id, train, test, args)
     entry = {
         "config": str(args.config.relative_to(ROOT) if args.config.is_relative_to(ROOT) else args.config),
         "model": str(path),
@@ -203,6 +220,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "held_out": len(test),
         "walk": args.walk,
         "objective": args.objective,
+        "potential": potential,
         "lr": args.lr,
         "batch": args.batch,
         "blind_accuracy": blind,
@@ -210,10 +228,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "curve": curve,
         "wall_s": time.perf_counter() - start,
     }
+    args.out.mkdir(parents=True, exist_ok=True)
     out = args.out / f"{STEM}.json"
     with locked(args.out):
         records = json.loads(out.read_text()) if out.exists() else {}
-        records[f"{entry['config']} {args.objective}"] = entry
+        records[
+            f"{entry['config']} {args.objective}" + ("" if potential == "estimate" else f" {potential}")
+        ] = entry
         out.write_text(json.dumps(records, indent=1) + "\n")
     last = curve[-1]
     print(f"held-out accuracy {curve[0]['accuracy']:.3f} -> {last['accuracy']:.3f} after {last['examples']} "
