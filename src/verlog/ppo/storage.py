@@ -251,7 +251,8 @@ class TurnStorage:
         prompt and packed by the token budget, each prompt counted once; rows with a prompt of their own are
         left out (:meth:`micro_batches` packs those)."""
         repeated = [members for members in self.prompt_groups(rows) if len(members) > 1]
-        return [SharedMicroBatch(members, self._shared_batch(members, owner)) for members, owner in self._pack_groups(repeated, max_tokens)]  # fmt: skip
+        packed = self._pack_groups(repeated, max_tokens)
+        return [SharedMicroBatch(members, self._shared_batch(members, owner)) for members, owner in packed]
 
     def prompt_groups(self, rows: Sequence[tuple[int, int]]) -> list[list[tuple[int, int]]]:
         """``rows`` grouped by identical prompt, in order of first appearance."""
@@ -272,10 +273,12 @@ class TurnStorage:
             yield [row for i in pack for row in groups[i]], [j for j, i in enumerate(pack) for _ in groups[i]]
 
     def _shared_batch(self, members: list[tuple[int, int]], owner: list[int]) -> SharedBatch:
-        firsts = {o: row for o, row in zip(owner, members, strict=True)}
-        prompts = [self.prompts[t][n] for t, n in (firsts[o] for o in range(len(firsts)))]
+        """``members`` packed with each distinct prompt once: row k continues prompt ``owner[k]``."""
+        prompts: dict[int, list[int]] = {}
+        for o, (t, n) in zip(owner, members, strict=True):
+            prompts.setdefault(o, self.prompts[t][n])
         answers = [self.responses[t, n, : int(self.response_lens[t, n])].tolist() for t, n in members]
-        shared = collate_shared(prompts, answers, owner, self.pad_id)
+        shared = collate_shared([prompts[o] for o in range(len(prompts))], answers, owner, self.pad_id)
         shared.allowed = self.allowed_tokens(members, answers, shared.response_ids.shape[1])
         return shared
 
@@ -287,7 +290,8 @@ class TurnStorage:
         limit: int | None = None,
     ) -> Iterator[list[MicroBatch]]:
         """Shuffle the stored turns (keep the first ``limit``), cut them into ``num_minibatches`` near-equal
-        minibatches (equal when they divide: a turn batch's always do), pack each by tokens.
+        minibatches (equal when they divide: a turn batch's always do), pack each by tokens. With
+        ``share_branch_prompts`` the distinct prompts are shuffled and cut instead, each with all its turns.
 
         Shuffling draws from ``generator`` (torch's global RNG by default, which checkpoints save).
         """
