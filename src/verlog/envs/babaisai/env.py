@@ -240,8 +240,6 @@ class BabaIsAIEnv(TextEnv):
         """Steps in the solver's fast plan from the current state (the ``"plan"`` potential), cached for the
         last state: its "after" is the next step's "before", and each one-step branch's copy starts there."""
         assert self.board is not None and self.state is not None
-        if self._won:
-            return 0
         cells = self.state.cells
         last = self._last_potential
         if last is not None and last[0] is self.board and last[1] == cells:
