@@ -307,24 +307,20 @@ class TurnStorage:
             order = torch.randperm(len(groups), generator=generator).tolist()
             for part in np.array_split(np.asarray(order, dtype=np.int64), num_minibatches):
                 packed = self._pack_groups([groups[i] for i in part.tolist()], max_tokens)
-                yield [
-                    self._micro_batch(members, self._shared_batch(members, owner))
-                    for members, owner in packed
-                ]
+                yield [self._shared_micro_batch(members, owner) for members, owner in packed]
             return
         order = torch.randperm(len(rows), generator=generator)[:count].tolist()
         for part in np.array_split(np.asarray(order, dtype=np.int64), num_minibatches):
             yield list(self.micro_batches([rows[i] for i in part.tolist()], max_tokens))
 
-    def _micro_batch(self, rows: list[tuple[int, int]], shared: SharedBatch | None = None) -> MicroBatch:
-        """``rows`` as one forward pass: a :class:`Batch`, or ``shared`` (their prompts once each) when given."""
-        ts = torch.tensor([t for t, _ in rows])
-        ns = torch.tensor([n for _, n in rows])
-        r_len = int(self.response_lens[ts, ns].max())
-        if shared is not None:
-            r_len = shared.response_ids.shape[1]
-            cut = (self.old_logprobs, self.advantages, self.returns, self.token_values)
-            return MicroBatch(rows, shared, *(x[ts, ns, :r_len] for x in cut))
+    def _shared_micro_batch(self, rows: list[tuple[int, int]], owner: list[int]) -> MicroBatch:
+        """``rows`` as one forward pass that runs each distinct prompt once (row k continues ``owner[k]``)."""
+        shared = self._shared_batch(rows, owner)
+        return self._with_stored(rows, shared, shared.response_ids.shape[1])
+
+    def _micro_batch(self, rows: list[tuple[int, int]]) -> MicroBatch:
+        """``rows`` as one forward pass, each row's prompt whole (the kept trunk states filled in)."""
+        r_len = max(int(self.response_lens[t, n]) for t, n in rows)
         responses = [self.responses[t, n, : int(self.response_lens[t, n])].tolist() for t, n in rows]
         kept = all(row in self.trunk_states for row in rows)
         prompts = [self.prompts[t][n] for t, n in rows]
@@ -340,14 +336,14 @@ class TurnStorage:
                     row
                 ][shared:]
         batch.allowed = self.allowed_tokens(rows, responses, r_len)
-        return MicroBatch(
-            rows,
-            batch,
-            self.old_logprobs[ts, ns, :r_len],
-            self.advantages[ts, ns, :r_len],
-            self.returns[ts, ns, :r_len],
-            self.token_values[ts, ns, :r_len],
-        )
+        return self._with_stored(rows, batch, r_len)
+
+    def _with_stored(self, rows: list[tuple[int, int]], batch: Batch | SharedBatch, r_len: int) -> MicroBatch:
+        """``batch`` with the rows' stored per-token tensors, cut to ``r_len`` answer tokens."""
+        ts = torch.tensor([t for t, _ in rows])
+        ns = torch.tensor([n for _, n in rows])
+        stored = (self.old_logprobs, self.advantages, self.returns, self.token_values)
+        return MicroBatch(rows, batch, *(x[ts, ns, :r_len] for x in stored))
 
     def allowed_tokens(
         self, rows: Sequence[tuple[int, int]], responses: Sequence[Sequence[int]], length: int
