@@ -278,6 +278,23 @@ def test_sharing_branch_prompts_refuses_what_reads_each_row_s_prompt(words_model
         )
 
 
+def test_trunk_cache_with_branches_warns_that_it_shares_no_prompt(words_model_path: Path) -> None:
+    config = load_config(None, [f"model.path={words_model_path}", f"env.id={TOY_ID}", "env.num_envs=2",
+                                'algo.advantage="gigpo"', "algo.branch_actions=true", "ppo.trunk_cache=true"])  # fmt: skip
+    models = load_models(str(words_model_path), with_reference=False)
+    envs = verlog.make_vec(TOY_ID, 2, memory="history", seed=0)
+    sampler = TransformersSampler(models.actor, models.tokenizer, max_new_tokens=3)
+    config.algo.group_size = 2
+    with pytest.warns(UserWarning, match=r"about 4x scoring's work.*ppo.share_branch_prompts=true"):
+        make_batches(
+            config,
+            envs,
+            sampler,
+            PromptBuilder(models.tokenizer, "action", 768),
+            models.tokenizer.pad_token_id,
+        )
+
+
 def test_make_batches_gives_each_env_its_branch_columns(words_model_path: Path) -> None:
     config = load_config(
         None,

@@ -18,6 +18,7 @@ own groups, with seeds disjoint from every other process's.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -312,6 +313,13 @@ def make_batches(
         raise ValueError(
             "ppo.share_branch_prompts runs each prompt once from its tokens, but ppo.trunk_cache and "
             "ppo.reading_coef read every row's own prompt: set ppo.share_branch_prompts=false or turn those off"
+        )
+    if width and config.ppo.trunk_cache:
+        warnings.warn(
+            f"ppo.trunk_cache with algo.branch_actions runs the trunk over each branch's whole prompt (it shares "
+            f"none): about {1 + width}x scoring's work. Faster: ppo.trunk_cache=false "
+            "ppo.share_branch_prompts=true",
+            stacklevel=2,
         )
     storage.share_branch_prompts = config.ppo.share_branch_prompts
     return group_rollout, storage
