@@ -964,12 +964,16 @@ def _trained_as(entries: list[dict[str, Any]]) -> str:
         else model.get("build") or model.get("path")
     )
     name = name or "the preset's model"
+    # One-step branches are trained on but not played: the turn counts are the played ones.
+    branched = bool(entries and entries[0].get("config", {}).get("algo", {}).get("branch_actions"))
+    unit = "played turns" if branched else "turns"
     budgets = [
-        f"{e['turns']:,} turns in {_minutes(e.get('wall_s')) or 'an unrecorded time'} (seed {e.get('seed')})"
+        f"{e['turns']:,} {unit} in {_minutes(e.get('wall_s')) or 'an unrecorded time'} (seed {e.get('seed')})"
         for e in entries
         if _number(e.get("turns")) is not None
     ]
-    return f"Here: {name}, one model for every kind" + (f"; {', '.join(budgets)}." if budgets else ".")
+    tried = " (each played turn also tries every offered move once in a copy of the env)" if branched else ""
+    return f"Here: {name}, one model for every kind" + (f"; {', '.join(budgets)}{tried}." if budgets else ".")
 
 
 def speed() -> str:
