@@ -273,6 +273,15 @@ def learn_babaisai(session: nox.Session) -> None:
 
 
 @nox.session
+def learn_two_room(session: nox.Session) -> None:
+    """SmolLM2 on BabaIsAI's two_room-goto_win, which random plays better than it untrained (-- --seed N)."""
+    session.run(
+        "python", "-m", "benchmarks.demos.learn_real", "--config", "envs/learn_babaisai_two_room.toml", "--judge",
+        "newest", "--stem", "learn_babaisai_two_room", *session.posargs,
+    )  # fmt: skip
+
+
+@nox.session
 def sweep(session: nox.Session) -> None:
     """A grid of runs: nox -s sweep -- KEY=V1,V2 ... --seeds 3 --config envs/tiny.toml."""
     session.run("python", "-m", "benchmarks.probes.sweep", *session.posargs)

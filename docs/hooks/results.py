@@ -50,6 +50,10 @@ DEMONSTRATIONS: list[tuple[str, str]] = [
         "learn_babaisai_branch.json",
         "SmolLM2-135M, BabaIsAI goto_win, one-step branches (`nox -s learn_babaisai`)",
     ),
+    (
+        "learn_babaisai_two_room.json",
+        "SmolLM2-135M, BabaIsAI two_room-goto_win, one-step branches (`nox -s learn_two_room`)",
+    ),
 ]
 
 #: Other recipes that were run to the end (earlier presets and variants), shown on the results page.
