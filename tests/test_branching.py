@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import threading
 from pathlib import Path
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -260,58 +261,30 @@ def test_the_update_runs_a_state_s_prompt_once_and_steps_as_row_by_row(words_mod
         assert after[True][1][key] == pytest.approx(after[False][1][key], rel=1e-4, abs=1e-6), key
 
 
-def test_sharing_branch_prompts_refuses_what_reads_each_row_s_prompt(words_model_path: Path) -> None:
-    config = load_config(None, [f"model.path={words_model_path}", f"env.id={TOY_ID}", "env.num_envs=2",
-                                'algo.advantage="gigpo"', "algo.branch_actions=true", "ppo.share_branch_prompts=true",
-                                "ppo.reading_coef=0.1"])  # fmt: skip
-    models = load_models(str(words_model_path), with_reference=False)
+def toy_branch_batches(model_path: Path, *overrides: str) -> tuple[Any, Any]:
+    """``make_batches`` for two toy envs in one GiGPO group, with one-step branches and ``overrides``."""
+    config = load_config(None, [f"model.path={model_path}", f"env.id={TOY_ID}", "env.num_envs=2",
+                                'algo.advantage="gigpo"', "algo.branch_actions=true", *overrides])  # fmt: skip
+    models = load_models(str(model_path), with_reference=False)
     envs = verlog.make_vec(TOY_ID, 2, memory="history", seed=0)
     sampler = TransformersSampler(models.actor, models.tokenizer, max_new_tokens=3)
     config.algo.group_size = 2
+    prompts = PromptBuilder(models.tokenizer, "action", 768)
+    return make_batches(config, envs, sampler, prompts, models.tokenizer.pad_token_id)
+
+
+def test_sharing_branch_prompts_refuses_what_reads_each_row_s_prompt(words_model_path: Path) -> None:
     with pytest.raises(ValueError, match="ppo.share_branch_prompts=false"):
-        make_batches(
-            config,
-            envs,
-            sampler,
-            PromptBuilder(models.tokenizer, "action", 768),
-            models.tokenizer.pad_token_id,
-        )
+        toy_branch_batches(words_model_path, "ppo.share_branch_prompts=true", "ppo.reading_coef=0.1")
 
 
 def test_trunk_cache_with_branches_warns_that_it_shares_no_prompt(words_model_path: Path) -> None:
-    config = load_config(None, [f"model.path={words_model_path}", f"env.id={TOY_ID}", "env.num_envs=2",
-                                'algo.advantage="gigpo"', "algo.branch_actions=true", "ppo.trunk_cache=true"])  # fmt: skip
-    models = load_models(str(words_model_path), with_reference=False)
-    envs = verlog.make_vec(TOY_ID, 2, memory="history", seed=0)
-    sampler = TransformersSampler(models.actor, models.tokenizer, max_new_tokens=3)
-    config.algo.group_size = 2
     with pytest.warns(UserWarning, match=r"about 4x scoring's work.*ppo.share_branch_prompts=true"):
-        make_batches(
-            config,
-            envs,
-            sampler,
-            PromptBuilder(models.tokenizer, "action", 768),
-            models.tokenizer.pad_token_id,
-        )
+        toy_branch_batches(words_model_path, "ppo.trunk_cache=true")
 
 
 def test_make_batches_gives_each_env_its_branch_columns(words_model_path: Path) -> None:
-    config = load_config(
-        None,
-        [
-            f"model.path={words_model_path}",
-            f"env.id={TOY_ID}",
-            "env.num_envs=2",
-            'algo.advantage="gigpo"',
-            "algo.branch_actions=true",
-        ],
-    )
-    models = load_models(str(words_model_path), with_reference=False)
-    envs = verlog.make_vec(TOY_ID, 2, memory="history", seed=0)
-    prompts = PromptBuilder(models.tokenizer, "action", 768)
-    sampler = TransformersSampler(models.actor, models.tokenizer, max_new_tokens=3)
-    config.algo.group_size = 2
-    rollout, storage = make_batches(config, envs, sampler, prompts, models.tokenizer.pad_token_id)
+    rollout, storage = toy_branch_batches(words_model_path)
     assert isinstance(rollout, GroupRollout) and rollout.brancher is not None
     assert storage.num_envs == 2 * (1 + 3) and storage.branch_columns([1]) == [5, 6, 7]
     # the sampler-vs-learner gap is measured on sampled answers only: a branch was never sampled
