@@ -52,7 +52,7 @@ DEMONSTRATIONS: list[tuple[str, str]] = [
     ),
     (
         "learn_babaisai_two_room.json",
-        "SmolLM2-135M, BabaIsAI two_room-goto_win, one-step branches (`nox -s learn_two_room`)",
+        "SmolLM2-135M, BabaIsAI two_room-goto_win in 16 steps, one-step branches (`nox -s learn_two_room`)",
     ),
 ]
 
