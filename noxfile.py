@@ -328,6 +328,13 @@ def probe_supervised_aim(session: nox.Session) -> None:
 
 
 @nox.session
+def probe_plan_following(session: nox.Session) -> None:
+    """Where does a trained BabaIsAI policy leave the plan? Per family on its own episodes: best-move accuracy inside
+    and beyond the training window, wins by plan length, and lost episodes dead or out of steps."""
+    session.run("python", "-m", "benchmarks.probes.plan_following", *session.posargs)
+
+
+@nox.session
 def gpu_check(session: nox.Session) -> None:
     """The learner on one GPU in 8 minutes: tiny preset, 0.5B/3B shapes (LoRA or not, critic or not), FSDP2, the
     GPU tests; writes benchmarks/results/gpu.json (-- --cpu-smoke: the same legs on the CPU, tiny models)."""

@@ -1,0 +1,233 @@
+"""Where does a trained BabaIsAI policy leave the plan? Per family, on the policy's own episodes.
+
+The tiny BabaIsAI mix learns three of Verlog's four families and stalls near 50 % on
+two_room-maybe_break_stop-goto_win, though the same model reads that family's best moves from labels (0.95
+held out, ``supervised_aim``). This probe plays a trained run's actor (its newest checkpoint) on seeded episodes
+of each family, as the judge plays them (the preset's judged step cap, no shaping), drawing every move from the
+actor's distribution over the offered moves (one token each, renormalised: what ``sampling.constrain =
+"actions"`` samples). At every state it also reads:
+
+- the best moves, by trying each offered move once in a copy of the env with the plan's shaping (the one-step
+  branches ``algo.branch_actions`` compares): whether the policy chose one, and the probability it gave them;
+- whether a win is still reachable in the steps left (the solver's fast search, ``solve(..., optimal=False)``,
+  up to 20,000 states; a state it cannot win from is dead, and so is everything after it): a lost episode
+  either walked into a dead state (a rule broken for good, a block stuck) or ran out of steps while a win
+  was still there.
+
+Figures per family: the win rate; the best-move accuracy by turn, inside the training window (the preset's
+``algo.max_episode_turns``) and beyond it; the win rate by the reset's plan length; and how lost episodes
+were lost. Written to ``benchmarks/results/plan_following.json`` (one entry per run, the latest).
+
+    nox -s probe_plan_following                    # the run folders of learn_babaisai_mix.json's seeds
+    python -m benchmarks.probes.plan_following [RUN ...] [--episodes 32] [--seed 10000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks.common import RESULTS, locked, machine
+
+STEM = "plan_following"
+#: Turn buckets the accuracy is split into, besides the training window's edge.
+LATE = 16
+#: The solver's search budget for "can it still win" (the plan potential's own budget is 5,000 states).
+SEARCH_STATES = 20_000
+
+
+def play_family(
+    model: Any,
+    tokenizer: Any,
+    config: Any,
+    family: str,
+    *,
+    episodes: int,
+    seed: int,
+    rng: np.random.Generator,
+) -> list[dict[str, Any]]:
+    """``episodes`` seeded episodes of ``family``, all played at once; per episode its turns' records."""
+    import gymnasium as gym
+    import torch
+
+    import verlog  # noqa: F401  (registers the ids)
+    from verlog.envs.babaisai import solve
+    from verlog.models.prompts import prompt_builder
+    from verlog.ppo.forward import collate
+
+    builder = prompt_builder(tokenizer, config.prompt, config.env.id)
+    kwargs = {**config.env.kwargs, "levels": [family], "shaping": 1.0, "potential": "plan"}
+    if "max_episode_steps" in kwargs:  # the game's own cap, which the solver's "steps left" counts against
+        kwargs["max_steps"] = kwargs.pop("max_episode_steps")
+    envs = [gym.make(config.env.id, **kwargs).unwrapped for _ in range(episodes)]
+    moves = [str(m) for m in config.env.kwargs["offered_actions"]]
+    move_ids = [tokenizer(f" {m}", add_special_tokens=False)["input_ids"] for m in moves]
+    if any(len(i) != 1 for i in move_ids):
+        raise SystemExit("the run's moves must be one token each (a tiny model's action-words tokenizer)")
+    first = [i[0] for i in move_ids]
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    played: list[dict[str, Any]] = []
+    observations = []
+    for k, env in enumerate(envs):
+        obs, info = env.reset(seed=seed + k)
+        plan = solve(env, max_states=SEARCH_STATES, optimal=False)
+        played.append(
+            {"seed": seed + k, "plan": None if plan is None else len(plan), "turns": [], "won": False}
+        )
+        observations.append((obs, info))
+    active = list(range(episodes))
+    while active:
+        packed = collate([builder.from_info(*observations[k]) for k in active], [[]] * len(active), pad)
+        with torch.no_grad():
+            logits = model(
+                input_ids=packed.input_ids,
+                attention_mask=packed.attention_mask,
+                position_ids=packed.position_ids,
+                logits_to_keep=1,
+            ).logits[:, -1, first]
+        probabilities = torch.softmax(logits.double(), -1).numpy()
+        still = []
+        for k, p in zip(active, probabilities, strict=True):
+            env = envs[k]
+            earned = [copy.deepcopy(env).step(move)[1] for move in moves]
+            best = np.isclose(earned, max(earned))
+            turns = played[k]["turns"]
+            alive = (not turns or turns[-1]["alive"]) and (  # a dead state's successors are dead too
+                solve(env, max_states=SEARCH_STATES, optimal=False) is not None
+            )
+            choice = int(rng.choice(len(moves), p=p / p.sum()))
+            turns.append(
+                {"best_hit": bool(best[choice]), "best_probability": float(p[best].sum()),
+                 "informative": bool(not best.all()), "alive": alive}
+            )  # fmt: skip
+            obs, _, terminated, truncated, info = env.step(moves[choice])
+            observations[k] = (obs, info)
+            if terminated or truncated:
+                played[k]["won"] = info.get("progression", 0.0) >= 1.0
+                played[k]["end"] = "win" if played[k]["won"] else ("defeat" if terminated else "steps")
+            else:
+                still.append(k)
+        active = still
+    for env in envs:
+        env.close()
+    return played
+
+
+def summary(played: list[dict[str, Any]], window: int) -> dict[str, Any]:
+    """One family's figures: win rate, accuracy by turn, wins by plan length, and how losses were lost."""
+    buckets = {f"turns 0-{window - 1}": (0, window), f"turns {window}-{LATE - 1}": (window, LATE),
+               f"turns {LATE}+": (LATE, 10**9)}  # fmt: skip
+    accuracy = {}
+    for name, (lo, hi) in buckets.items():
+        turns = [t for e in played for i, t in enumerate(e["turns"]) if lo <= i < hi and t["informative"]]
+        accuracy[name] = {
+            "states": len(turns),
+            "best_hit": float(np.mean([t["best_hit"] for t in turns])) if turns else None,
+            "best_probability": float(np.mean([t["best_probability"] for t in turns])) if turns else None,
+        }
+    by_plan = {}
+    for name, keep in (
+        (f"plan <= {window}", lambda n: n is not None and n <= window),
+        (f"plan > {window}", lambda n: n is not None and n > window),
+        ("no plan found", lambda n: n is None),
+    ):
+        group = [e for e in played if keep(e["plan"])]
+        if group:
+            by_plan[name] = {"episodes": len(group), "won": float(np.mean([e["won"] for e in group]))}
+    lost = [e for e in played if not e["won"]]
+    dead = [e for e in lost if any(not t["alive"] for t in e["turns"])]
+    first_dead = [next(i for i, t in enumerate(e["turns"]) if not t["alive"]) for e in dead]
+    return {
+        "episodes": len(played),
+        "won": float(np.mean([e["won"] for e in played])),
+        "accuracy": accuracy,
+        "by_plan_length": by_plan,
+        "lost": {
+            "episodes": len(lost),
+            "reached_a_dead_state": len(dead),
+            "first_dead_turn_median": float(np.median(first_dead)) if first_dead else None,
+            "still_winnable_at_the_end": len(lost) - len(dead),
+            "ends": {end: sum(e.get("end") == end for e in lost) for end in ("defeat", "steps")},
+        },
+    }
+
+
+def probe(run: Path, *, episodes: int, seed: int) -> dict[str, Any]:
+    """The run's newest actor on ``episodes`` episodes of each of its families."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from verlog.config import load_config
+    from verlog.runkit.folder import CONFIG_FILE, latest_checkpoint
+
+    newest = latest_checkpoint(run)
+    if newest is None:
+        raise SystemExit(f"{run}: no checkpoint to probe (checkpoints/NNNNNN)")
+    config = load_config(run / CONFIG_FILE)
+    if "offered_actions" not in config.env.kwargs or config.env.id != "verlog/BabaIsAI-v0":
+        raise SystemExit(f"{run}: not a BabaIsAI run with offered moves (env.kwargs.offered_actions)")
+    tokenizer = AutoTokenizer.from_pretrained(newest / "actor")
+    model = AutoModelForCausalLM.from_pretrained(newest / "actor").eval()
+    window = int(config.algo.max_episode_turns or config.ppo.turns_per_update)
+    rng = np.random.default_rng(seed)
+    families = {}
+    for family in config.env.kwargs["levels"]:
+        start = time.perf_counter()
+        played = play_family(model, tokenizer, config, family, episodes=episodes, seed=seed, rng=rng)
+        families[family] = summary(played, window)
+        f = families[family]
+        inside, beyond = (f["accuracy"][k]["best_hit"] for k in list(f["accuracy"])[:2])
+        print(f"{run.name} {family}: won {f['won']:.2f}; best move {inside or float('nan'):.2f} inside the "
+              f"{window}-turn window, {beyond or float('nan'):.2f} beyond; lost {f['lost']['episodes']}, of "
+              f"which {f['lost']['reached_a_dead_state']} reached a dead state "
+              f"({time.perf_counter() - start:.0f} s)", flush=True)  # fmt: skip
+    return {"checkpoint": newest.name, "window": window, "families": families}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("runs", nargs="*", type=Path, help="tiny-model BabaIsAI run folders")
+    parser.add_argument(
+        "--stem", default="learn_babaisai_mix", help="without RUN: the seeds of this results file"
+    )
+    parser.add_argument("--episodes", type=int, default=32, help="episodes per family")
+    parser.add_argument(
+        "--seed", type=int, default=10_000, help="first episode's seed (the judge's, by default)"
+    )
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    import torch
+
+    torch.set_num_threads(1)
+    if not args.runs:
+        results = args.out / f"{args.stem}.json"
+        if not results.is_file():
+            raise SystemExit(
+                f"no run folders given and no {results}: name the runs, or train the preset first"
+            )
+        args.runs = [Path(e["run_dir"]) for e in json.loads(results.read_text())["seeds"]]
+    entries = {}
+    for run in args.runs:
+        entries[run.name] = {"run": str(run), "machine": machine(), "seed": args.seed, "episodes": args.episodes,
+                             **probe(run, episodes=args.episodes, seed=args.seed)}  # fmt: skip
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"{STEM}.json"
+    with locked(args.out):
+        data = json.loads(path.read_text()) if path.is_file() else {"benchmark": STEM, "runs": {}}
+        data["runs"].update(entries)
+        path.write_text(json.dumps(data, indent=2) + "\n")
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
