@@ -29,7 +29,7 @@ def test_the_summary_splits_turns_by_the_window_and_losses_by_how_they_were_lost
         {
             "plan": 6,
             "won": False,
-            "end": "steps",  # walked into a dead state on turn 3
+            "end": "steps",  # walked into a dead end on turn 3
             "turns": [
                 _turn(True),
                 _turn(False),
@@ -53,9 +53,9 @@ def test_the_summary_splits_turns_by_the_window_and_losses_by_how_they_were_lost
     }
     assert figures["lost"] == {
         "episodes": 2,
-        "reached_a_dead_state": 1,
+        "reached_a_dead_end": 1,
         "first_dead_turn_median": 3.0,
-        "still_winnable_at_the_end": 1,
+        "wandered_while_winnable": 1,
         "ends": {"defeat": 0, "steps": 2},
     }
 
@@ -77,7 +77,7 @@ def test_it_plays_a_run_folders_newest_actor_on_each_family(tmp_path: Path) -> N
         lost = figures["lost"]
         assert figures["episodes"] == 2
         assert round(figures["won"] * 2) + lost["episodes"] == 2
-        assert lost["reached_a_dead_state"] + lost["still_winnable_at_the_end"] == lost["episodes"]
+        assert lost["reached_a_dead_end"] + lost["wandered_while_winnable"] == lost["episodes"]
         assert sum(lost["ends"].values()) == lost["episodes"]
         # at most 4 steps an episode: every turn falls inside the 8-turn training window
         assert figures["accuracy"]["turns 8-15"]["states"] == 0

@@ -9,10 +9,9 @@ actor's distribution over the offered moves (one token each, renormalised: what 
 
 - the best moves, by trying each offered move once in a copy of the env with the plan's shaping (the one-step
   branches ``algo.branch_actions`` compares): whether the policy chose one, and the probability it gave them;
-- whether a win is still reachable in the steps left (the solver's fast search, ``solve(..., optimal=False)``,
-  up to 20,000 states; a state it cannot win from is dead, and so is everything after it): a lost episode
-  either walked into a dead state (a rule broken for good, a block stuck) or ran out of steps while a win
-  was still there.
+- whether a win still exists from the state, given a whole episode's steps (the solver's fast search, up to
+  20,000 states): a lost episode either walked into a dead end (a rule broken for good, a block stuck; the
+  episode counts as dead from there) or wandered until the steps ran out while a win was still there.
 
 Figures per family: the win rate; the best-move accuracy by turn, inside the training window (the preset's
 ``algo.max_episode_turns``) and beyond it; the win rate by the reset's plan length; and how lost episodes
@@ -40,8 +39,17 @@ from benchmarks.common import RESULTS, locked, machine
 STEM = "plan_following"
 #: Turn buckets the accuracy is split into, besides the training window's edge.
 LATE = 16
-#: The solver's search budget for "can it still win" (the plan potential's own budget is 5,000 states).
+#: The solver's search budget for "can it still win" and the reset's plan (the plan potential's is 5,000 states).
 SEARCH_STATES = 20_000
+
+
+def winnable(env: Any) -> bool:
+    """Whether a win exists from the env's state given a whole episode's steps (the fast search, up to
+    :data:`SEARCH_STATES` states): False is a dead end (a rule broken for good, a block stuck), not a clock
+    that ran out."""
+    from verlog.envs.babaisai.solver import solve_state
+
+    return solve_state(env.board, env.state, env.max_steps, SEARCH_STATES, optimal=False).actions is not None
 
 
 def play_family(
@@ -100,9 +108,9 @@ def play_family(
             earned = [copy.deepcopy(env).step(move)[1] for move in moves]
             best = np.isclose(earned, max(earned))
             turns = played[k]["turns"]
-            alive = (not turns or turns[-1]["alive"]) and (  # a dead state's successors are dead too
-                solve(env, max_states=SEARCH_STATES, optimal=False) is not None
-            )
+            alive = (not turns or turns[-1]["alive"]) and winnable(
+                env
+            )  # counted dead from its first dead end
             choice = int(rng.choice(len(moves), p=p / p.sum()))
             turns.append(
                 {"best_hit": bool(best[choice]), "best_probability": float(p[best].sum()),
@@ -152,9 +160,9 @@ def summary(played: list[dict[str, Any]], window: int) -> dict[str, Any]:
         "by_plan_length": by_plan,
         "lost": {
             "episodes": len(lost),
-            "reached_a_dead_state": len(dead),
+            "reached_a_dead_end": len(dead),
             "first_dead_turn_median": float(np.median(first_dead)) if first_dead else None,
-            "still_winnable_at_the_end": len(lost) - len(dead),
+            "wandered_while_winnable": len(lost) - len(dead),
             "ends": {end: sum(e.get("end") == end for e in lost) for end in ("defeat", "steps")},
         },
     }
@@ -186,7 +194,7 @@ def probe(run: Path, *, episodes: int, seed: int) -> dict[str, Any]:
         inside, beyond = (f["accuracy"][k]["best_hit"] for k in list(f["accuracy"])[:2])
         print(f"{run.name} {family}: won {f['won']:.2f}; best move {inside or float('nan'):.2f} inside the "
               f"{window}-turn window, {beyond or float('nan'):.2f} beyond; lost {f['lost']['episodes']}, of "
-              f"which {f['lost']['reached_a_dead_state']} reached a dead state "
+              f"which {f['lost']['reached_a_dead_end']} reached a dead end "
               f"({time.perf_counter() - start:.0f} s)", flush=True)  # fmt: skip
     return {"checkpoint": newest.name, "window": window, "families": families}
 
