@@ -42,14 +42,16 @@ def test_the_summary_splits_turns_by_the_window_and_losses_by_how_they_were_lost
     ]
     figures = plan_following.summary(played, window=4)
     assert figures["won"] == 1 / 3
+    assert list(figures["accuracy"]) == ["turns 0-3", "turns 4-7", "turns 8+"]
     inside, beyond, late = figures["accuracy"].values()
     # turns 0-3: hits 2+1+2 of 2+3+4 informative turns (the uninformative one is left out); turns 4-5: 0+1 of 3
     assert (inside["states"], inside["best_hit"]) == (9, 5 / 9)
     assert (beyond["states"], beyond["best_hit"]) == (3, 1 / 3)
     assert late == {"states": 0, "best_hit": None, "best_probability": None}
     assert figures["by_plan_length"] == {
-        "plan <= 4": {"episodes": 1, "won": 1.0},
-        "plan > 4": {"episodes": 2, "won": 0.0},
+        "plan 1-4": {"episodes": 1, "won": 1.0},
+        "plan 5-8": {"episodes": 1, "won": 0.0},
+        "plan 9-16": {"episodes": 1, "won": 0.0},
     }
     assert figures["lost"] == {
         "episodes": 2,

@@ -14,8 +14,8 @@ actor's distribution over the offered moves (one token each, renormalised: what 
   episode counts as dead from there) or wandered until the steps ran out while a win was still there.
 
 Figures per family: the win rate; the best-move accuracy by turn, inside the training window (the preset's
-``algo.max_episode_turns``) and beyond it; the win rate by the reset's plan length; and how lost episodes
-were lost. Written to ``benchmarks/results/plan_following.json`` (one entry per run, the latest).
+``algo.max_episode_turns``), in the window after it and beyond; the win rate by the reset's plan length; and
+how lost episodes were lost. Written to ``benchmarks/results/plan_following.json`` (one entry per run, the latest).
 
     nox -s probe_plan_following                    # the run folders of learn_babaisai_mix.json's seeds
     python -m benchmarks.probes.plan_following [RUN ...] [--episodes 32] [--seed 10000]
@@ -37,8 +37,8 @@ import numpy as np
 from benchmarks.common import RESULTS, locked, machine
 
 STEM = "plan_following"
-#: Turn buckets the accuracy is split into, besides the training window's edge.
-LATE = 16
+#: The reset's fast-plan lengths the win rate is split by (the same edges for every run, whatever its window).
+PLAN_LENGTHS = {"plan 1-4": (1, 4), "plan 5-8": (5, 8), "plan 9-16": (9, 16), "plan 17+": (17, 10**9)}
 #: The solver's search budget for "can it still win" and the reset's plan (the plan potential's is 5,000 states).
 SEARCH_STATES = 20_000
 
@@ -131,8 +131,8 @@ def play_family(
 
 def summary(played: list[dict[str, Any]], window: int) -> dict[str, Any]:
     """One family's figures: win rate, accuracy by turn, wins by plan length, and how losses were lost."""
-    buckets = {f"turns 0-{window - 1}": (0, window), f"turns {window}-{LATE - 1}": (window, LATE),
-               f"turns {LATE}+": (LATE, 10**9)}  # fmt: skip
+    buckets = {f"turns 0-{window - 1}": (0, window), f"turns {window}-{2 * window - 1}": (window, 2 * window),
+               f"turns {2 * window}+": (2 * window, 10**9)}  # fmt: skip
     accuracy = {}
     for name, (lo, hi) in buckets.items():
         turns = [t for e in played for i, t in enumerate(e["turns"]) if lo <= i < hi and t["informative"]]
@@ -142,14 +142,16 @@ def summary(played: list[dict[str, Any]], window: int) -> dict[str, Any]:
             "best_probability": float(np.mean([t["best_probability"] for t in turns])) if turns else None,
         }
     by_plan = {}
-    for name, keep in (
-        (f"plan <= {window}", lambda n: n is not None and n <= window),
-        (f"plan > {window}", lambda n: n is not None and n > window),
-        ("no plan found", lambda n: n is None),
-    ):
-        group = [e for e in played if keep(e["plan"])]
+    for name, (lo, hi) in PLAN_LENGTHS.items():
+        group = [e for e in played if e["plan"] is not None and lo <= e["plan"] <= hi]
         if group:
             by_plan[name] = {"episodes": len(group), "won": float(np.mean([e["won"] for e in group]))}
+    unplanned = [e for e in played if e["plan"] is None]
+    if unplanned:
+        by_plan["no plan found"] = {
+            "episodes": len(unplanned),
+            "won": float(np.mean([e["won"] for e in unplanned])),
+        }
     lost = [e for e in played if not e["won"]]
     dead = [e for e in lost if any(not t["alive"] for t in e["turns"])]
     first_dead = [next(i for i, t in enumerate(e["turns"]) if not t["alive"]) for e in dead]
