@@ -15,11 +15,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _turn(hit: bool, alive: bool = True, informative: bool = True) -> dict[str, object]:
+    best = [True, True, True, True] if not informative else [hit, not hit, False, False]  # move 0 was played
     return {
         "best_hit": hit,
         "best_probability": 0.9 if hit else 0.1,
         "informative": informative,
         "alive": alive,
+        "best": best,
     }
 
 
@@ -47,7 +49,9 @@ def test_the_summary_splits_turns_by_the_window_and_losses_by_how_they_were_lost
     # turns 0-3: hits 2+1+2 of 2+3+4 informative turns (the uninformative one is left out); turns 4-5: 0+1 of 3
     assert (inside["states"], inside["best_hit"]) == (9, 5 / 9)
     assert (beyond["states"], beyond["best_hit"]) == (3, 1 / 3)
-    assert late == {"states": 0, "best_hit": None, "best_probability": None}
+    # one move always: move 0 (played, best on the hits) does best in the window, move 1 after it
+    assert (inside["blind"], beyond["blind"]) == (5 / 9, 2 / 3)
+    assert late == {"states": 0, "best_hit": None, "best_probability": None, "blind": None}
     assert figures["by_plan_length"] == {
         "plan 1-4": {"episodes": 1, "won": 1.0},
         "plan 5-8": {"episodes": 1, "won": 0.0},

@@ -8,7 +8,8 @@ actor's distribution over the offered moves (one token each, renormalised: what 
 "actions"`` samples). At every state it also reads:
 
 - the best moves, by trying each offered move once in a copy of the env with the plan's shaping (the one-step
-  branches ``algo.branch_actions`` compares): whether the policy chose one, and the probability it gave them;
+  branches ``algo.branch_actions`` compares): whether the policy chose one, and the probability it gave them,
+  beside what always answering one move would hit on the same states (the best a blind policy does);
 - whether a win still exists from the state, given a whole episode's steps (the solver's fast search, up to
   20,000 states): a lost episode either walked into a dead end (a rule broken for good, a block stuck; the
   episode counts as dead from there) or wandered until the steps ran out while a win was still there.
@@ -114,7 +115,7 @@ def play_family(
             choice = int(rng.choice(len(moves), p=p / p.sum()))
             turns.append(
                 {"best_hit": bool(best[choice]), "best_probability": float(p[best].sum()),
-                 "informative": bool(not best.all()), "alive": alive}
+                 "informative": bool(not best.all()), "alive": alive, "best": best.tolist()}
             )  # fmt: skip
             obs, _, terminated, truncated, info = env.step(moves[choice])
             observations[k] = (obs, info)
@@ -140,6 +141,8 @@ def summary(played: list[dict[str, Any]], window: int) -> dict[str, Any]:
             "states": len(turns),
             "best_hit": float(np.mean([t["best_hit"] for t in turns])) if turns else None,
             "best_probability": float(np.mean([t["best_probability"] for t in turns])) if turns else None,
+            # what always answering one move would hit on the same states: the best a blind policy does
+            "blind": float(np.mean([t["best"] for t in turns], axis=0).max()) if turns else None,
         }
     by_plan = {}
     for name, (lo, hi) in PLAN_LENGTHS.items():

@@ -799,6 +799,43 @@ def state_dependence(name: str = "state_dependence.json") -> str:
     return table(header, rows)
 
 
+def _run_labels() -> dict[str, str]:
+    """Run folder name -> "stem, seed N" for every seed (earlier runs too) of the demonstrations' results files."""
+    labels = {}
+    for path in sorted(RESULTS.glob("learn_*.json")):
+        data = json.loads(path.read_text())
+        for entry in [*data.get("seeds", []), *data.get("earlier_runs", [])] if isinstance(data, dict) else []:
+            if isinstance(entry, dict) and entry.get("run_dir"):
+                labels.setdefault(Path(entry["run_dir"]).name, f"{_recipe(path.stem)}, seed {entry.get('seed')}")
+    return labels
+
+
+def plan_following(name: str = "plan_following.json") -> str:
+    """Where each probed BabaIsAI policy leaves the plan, per family: wins, best-move accuracy by turn span (the
+    training window first), wins by the reset's plan length, and how lost episodes were lost
+    (``benchmarks/probes/plan_following.py``)."""
+    labels = _run_labels()
+    rows = []
+    for run, entry in load(name).get("runs", {}).items():
+        for family, f in entry["families"].items():
+            spans = [  # the policy's best-move rate, and the best a blind policy gets on the same states
+                f"{a['best_hit']:.2f} ({a['blind']:.2f})" if a["best_hit"] is not None else "–"
+                for a in f["accuracy"].values()
+            ]
+            plans = ", ".join(
+                f"{k.removeprefix('plan ')}: {round(v['won'] * v['episodes'])}/{v['episodes']}"
+                for k, v in f["by_plan_length"].items()
+            )
+            lost = f["lost"]
+            rows.append([
+                f"{labels.get(run, run)} ({entry['window']}-turn window)", family, f"{100 * f['won']:.0f} %", *spans, plans,
+                f"{lost['reached_a_dead_end']} / {lost['episodes']}",
+            ])  # fmt: skip
+    header = ["run", "family", "won", "best move (blind): in the window", "next window", "after",
+              "won by plan length", "dead ends / lost"]  # fmt: skip
+    return table(header, rows)
+
+
 def long_run(name: str = "long_run.json") -> str:
     """The hour-long run's memory and counters."""
     data = load(name)
@@ -1276,6 +1313,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "tech_tree_levers": tech_tree_levers,
     "crafter_ends": crafter_ends,
     "state_dependence": state_dependence,
+    "plan_following": plan_following,
     "ablation_unshaped": lambda: ablation("learn_crafter_ablation_unshaped.json"),
     "crafter_reading_unshaped": lambda: crafter_reading("learn_crafter_ablation_unshaped.json"),
     "crafter_unshaped": lambda: crafter("learn_crafter_unshaped.json"),
