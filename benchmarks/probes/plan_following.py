@@ -109,9 +109,8 @@ def play_family(
             earned = [copy.deepcopy(env).step(move)[1] for move in moves]
             best = np.isclose(earned, max(earned))
             turns = played[k]["turns"]
-            alive = (not turns or turns[-1]["alive"]) and winnable(
-                env
-            )  # counted dead from its first dead end
+            alive = turns[-1]["alive"] if turns else True  # an episode stays dead from its first dead end on
+            alive = alive and winnable(env)
             choice = int(rng.choice(len(moves), p=p / p.sum()))
             turns.append(
                 {"best_hit": bool(best[choice]), "best_probability": float(p[best].sum()),
