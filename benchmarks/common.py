@@ -141,6 +141,27 @@ def update_records(run_dir: Path) -> list[dict[str, Any]]:
     return [r for r in log.records if WARMUP_KEY not in r and r.get("update")]
 
 
+def seed_runs(folder: Path, stem: str) -> list[Path]:
+    """The run folders of every seed of the results file ``folder/<stem>.json``: what a probe reads when it is
+    given no run folder."""
+    results = folder / f"{stem}.json"
+    if not results.is_file():
+        raise SystemExit(f"no run folders given and no {results}: name the runs, or train the preset first")
+    return [Path(e["run_dir"]) for e in json.loads(results.read_text())["seeds"]]
+
+
+def record_runs(folder: Path, stem: str, entries: dict[str, Any]) -> Path:
+    """Merge a per-run probe's ``entries`` into ``folder/<stem>.json`` under ``runs`` (the latest probe of each
+    run kept), under the folder's lock; returns the file's path."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{stem}.json"
+    with locked(folder):
+        data = json.loads(path.read_text()) if path.is_file() else {"benchmark": stem, "runs": {}}
+        data["runs"].update(entries)
+        path.write_text(json.dumps(data, indent=2) + "\n")
+    return path
+
+
 def mean_se(values: Sequence[float]) -> tuple[float, float]:
     """Mean and standard error of the mean over the values that are not NaN; NaN for what one value (the error)
     or none (both) cannot say. Sample std / sqrt(n), a little wider than BALROG's population std (which

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import sys
 import time
 from collections.abc import Sequence
@@ -35,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.common import RESULTS, locked, machine
+from benchmarks.common import RESULTS, machine, record_runs, seed_runs
 
 STEM = "plan_following"
 #: The reset's fast-plan lengths the win rate is split by (the same edges for every run, whatever its window).
@@ -220,24 +219,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(1)
-    if not args.runs:
-        results = args.out / f"{args.stem}.json"
-        if not results.is_file():
-            raise SystemExit(
-                f"no run folders given and no {results}: name the runs, or train the preset first"
-            )
-        args.runs = [Path(e["run_dir"]) for e in json.loads(results.read_text())["seeds"]]
+    args.runs = args.runs or seed_runs(args.out, args.stem)
     entries = {}
     for run in args.runs:
         entries[run.name] = {"run": str(run), "machine": machine(), "seed": args.seed, "episodes": args.episodes,
                              **probe(run, episodes=args.episodes, seed=args.seed)}  # fmt: skip
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"{STEM}.json"
-    with locked(args.out):
-        data = json.loads(path.read_text()) if path.is_file() else {"benchmark": STEM, "runs": {}}
-        data["runs"].update(entries)
-        path.write_text(json.dumps(data, indent=2) + "\n")
-    print(f"wrote {path}")
+    print(f"wrote {record_runs(args.out, STEM, entries)}")
     return 0
 
 

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.common import RESULTS, locked, machine
+from benchmarks.common import RESULTS, machine, record_runs, seed_runs
 
 STEM = "state_dependence"
 FACING = re.compile(r"You face (\w+)")
@@ -136,13 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from verlog.runkit.folder import CONFIG_FILE, checkpoint_dir, latest_checkpoint
 
     torch.set_num_threads(1)
-    if not args.runs:
-        results = args.out / f"{args.stem}.json"
-        if not results.is_file():
-            raise SystemExit(
-                f"no run folders given and no {results}: name the runs, or train the preset first"
-            )
-        args.runs = [Path(e["run_dir"]) for e in json.loads(results.read_text())["seeds"]]
+    args.runs = args.runs or seed_runs(args.out, args.stem)
     labels = _judged_as(args.out)
     missing = [str(run) for run in args.runs if not (run / CONFIG_FILE).is_file()]
     if missing:
@@ -167,13 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             tree, grass = figures["situations"].get("tree", {}), figures["situations"].get("grass", {})
             print(f"{label} {which}: I(S;A) {figures['mutual_information']:.4f} nats over {figures['states']} "
                   f"states; P(Do) facing a tree {tree.get('do', float('nan')):.3f}, grass {grass.get('do', float('nan')):.3f}")  # fmt: skip
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"{STEM}.json"
-    with locked(args.out):
-        data = json.loads(path.read_text()) if path.is_file() else {"benchmark": STEM, "runs": {}}
-        data["runs"].update(entries)
-        path.write_text(json.dumps(data, indent=2) + "\n")
-    print(f"wrote {path}")
+    print(f"wrote {record_runs(args.out, STEM, entries)}")
     return 0
 
 
