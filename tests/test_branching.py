@@ -306,6 +306,14 @@ def test_make_batches_gives_each_env_its_branch_columns(words_model_path: Path) 
             "fix: ppo.reuse_sampler_logprobs=false",
         ),
         (['algo.advantage="gigpo"', 'algo.branch_weight="policy"'], "fix: algo.branch_actions=true"),
+        (
+            ['algo.advantage="grpo"', "algo.group_size=1", "algo.late_windows=2"],
+            "fix: algo.branch_actions=true algo.group_size=1",
+        ),
+        (
+            ['algo.advantage="grpo"', "algo.group_size=2", "algo.late_windows=2", "algo.branch_actions=true"],
+            "fix: algo.branch_actions=true algo.group_size=1",
+        ),
     ],
 )
 def test_bad_branch_settings_stop_with_one_line(overrides: list[str], message: str) -> None:
@@ -314,3 +322,62 @@ def test_bad_branch_settings_stop_with_one_line(overrides: list[str], message: s
             load_config(None, ["model.build_tiny=true", f"env.id={TOY_ID}", "env.num_envs=4", *overrides])
         )
     assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_late_windows_record_each_episode_from_its_drawn_turn_and_replay_exactly(
+    words_model_path: Path,
+) -> None:
+    """algo.late_windows: every env plays k * K unrecorded turns before its K-turn window (k drawn per env and
+    batch), so the windows reach late states; an episode that ends first is recorded from its reset; the same
+    seed replays the same batch."""
+    runs = []
+    for _ in range(2):
+        models = load_models(str(words_model_path), with_reference=False)
+        envs = verlog.make_vec(
+            TOY_ID, 4, memory="history", memory_kwargs={"turns": 1}, seed=5, size=7, max_steps=12
+        )
+        sampler = TransformersSampler(models.actor, models.tokenizer, max_new_tokens=3)
+        prompts = PromptBuilder(models.tokenizer, "action", 768)
+        algo = AlgoConfig(
+            advantage="grpo",
+            group_size=1,
+            max_episode_turns=2,
+            branch_actions=True,
+            late_windows=3,
+            filter_no_signal=False,  # every window stays in the storage, signal or not
+        )
+        rollout = GroupRollout(
+            envs,
+            sampler,
+            prompts,
+            algo=algo,
+            seed=5,
+            stride=4,
+            env_id=TOY_ID,
+            brancher=Brancher(models.tokenizer),
+        )
+        storage = GroupStorage(2, 4, 3, models.tokenizer.pad_token_id, branch_width=branch_width(envs.envs))
+        batches = []
+        for _ in range(3):
+            starts = rollout.window_starts(list(range(4)))
+            samples: list[dict] = []
+            torch.manual_seed(0)
+            metrics = rollout.collect(storage, samples=samples)
+            batches.append((starts, samples, metrics, storage.active[:, :4].sum(0).tolist()))
+        runs.append(batches)
+    assert [[(s["turn"], s["response"]) for s in b[1]] for b in runs[0]] == [
+        [(s["turn"], s["response"]) for s in b[1]] for b in runs[1]
+    ]
+    drawn, late = set(), 0
+    for starts, samples, metrics, recorded in runs[0]:
+        assert set(starts.values()) <= {0, 2, 4, 6}
+        drawn |= set(starts.values())
+        for n in range(4):
+            first = min(s["turn"] for s in samples if s["env_index"] == n)
+            assert first in (starts[n], 0)  # from the drawn turn, or from the reset after an early end
+            late += first == starts[n] > 0
+            assert 1 <= recorded[n] <= 2
+        skipped = sum(starts.values())
+        assert metrics["groups/skipped_turns"] <= skipped  # an early end skips less
+        assert metrics["charts/turns"] == metrics["groups/skipped_turns"] + sum(recorded)
+    assert len(drawn) > 1 and late > 0  # the windows start at different turns, some of them late

@@ -340,6 +340,8 @@ class AlgoConfig:
     """grpo/gigpo/rloo: envs per group (G), reset with one seed each batch; 0 = the largest divisor of env.num_envs up to 8."""
     max_episode_turns: int = 32
     """grpo/gigpo/rloo: turn cap of an episode; an episode still running there ends truncated (counted)."""
+    late_windows: int = 0
+    """grpo/gigpo/rloo with algo.branch_actions and groups of one: each episode first plays k * max_episode_turns turns with the policy, unrecorded, k drawn uniformly from 0..late_windows per env and batch, so the recorded windows cover turns 0 .. (late_windows + 1) * max_episode_turns - 1 equally at the same training cost (an episode that ends before its window is reset to its seed and recorded from its first turn). The branches judge each state alone, so a window that starts late still has its signal; 0: every window starts at the reset."""
     norm: Literal["mean", "mean_std"] = "mean_std"
     """grpo/gigpo: subtract the group mean ("mean"), or also divide by the group's std + 1e-6 ("mean_std")."""
     pool: Literal["episode", "turn"] = "episode"

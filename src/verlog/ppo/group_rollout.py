@@ -3,7 +3,9 @@ one-step branches of every offered action (``algo.branch_actions``).
 
 :class:`GroupRollout` resets the N envs in groups of G, each group with one seed (``seed + batch * stride + k``
 for group k, so groups and batches differ and a run replays exactly), and plays every episode to its end or to
-``algo.max_episode_turns`` (then it counts as truncated). Finished envs wait: each turn generates only for the
+``algo.max_episode_turns`` (then it counts as truncated); with ``algo.late_windows`` an episode's recorded window
+starts after a drawn number of unrecorded turns, so the windows reach the states that long episodes reach. Finished
+envs wait: each turn generates only for the
 episodes still running. Rewards, and the env's own observation before every turn (``info["raw_observation"]``,
 GiGPO's anchor), are stored with each episode (:class:`verlog.ppo.storage.Episode`); the estimators of
 :mod:`verlog.ppo.advantages` read them after scoring.
@@ -30,6 +32,8 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
+
+import numpy as np
 
 from verlog.config import AlgoConfig
 from verlog.envs.base import STATE_KEY
@@ -89,6 +93,10 @@ class GroupRollout(Rollout):
             "clock": defaultdict(float),
             "episodes": defaultdict(list),
             "samples": samples,
+            **dict.fromkeys(
+                ("invalid", "tokens", "prompt_tokens", "capped", "truncated", "reward", "turns"), 0
+            ),
+            "skipped": 0,
         }
         cuts_before = self.prompts.cuts
         storage.clear()
@@ -123,6 +131,7 @@ class GroupRollout(Rollout):
                 "groups/resampled_groups": float(resampled),
                 "groups/filtered_share": len(dropped) / groups,
                 "groups/truncated_episodes": float(tally["truncated"]),
+                "groups/skipped_turns": float(tally["skipped"]),  # algo.late_windows: before the windows
             }
         )
         return metrics
@@ -131,21 +140,9 @@ class GroupRollout(Rollout):
         """Reset the envs in ``play`` (each from its seed) and play their episodes to the end or the turn cap;
         what those envs held in the storage before is replaced."""
         clock, episodes, samples = tally["clock"], tally["episodes"], tally["samples"]
-        for key in ("invalid", "tokens", "prompt_tokens", "capped", "truncated", "reward", "turns"):
-            tally.setdefault(key, 0)
         anchored, centre = ESTIMATORS[self.algo.advantage].anchors, self.algo.center_actions
         subenvs, K = list(self.envs.envs), storage.num_turns
-        start = time.perf_counter()
-        resets = {n: subenvs[n].reset(seed=seeds[n]) for n in play}
-        clock["time/env"] += time.perf_counter() - start
-        for n, (_, info) in resets.items():
-            storage.forget(n, anchor=anchor_of(info, n, anchored))
-            self.episode_return[n], self.episode_length[n] = 0.0, 0
-        if play:
-            first = self.prompts.from_infos([resets[n][0] for n in play], [resets[n][1] for n in play])
-            for n, ids in zip(play, first, strict=True):
-                storage.prompts[0][n] = ids
-                storage.actions[0][n] = valid_actions(resets[n][1])
+        self._start(storage, play, seeds, tally)
         active = list(play)
         for t in range(K):
             if not (active if self.any_running is None else self.any_running(bool(active))):
@@ -200,6 +197,80 @@ class GroupRollout(Rollout):
                 storage.actions[t + 1][n] = valid_actions(info)
             clock["time/prompt"] += time.perf_counter() - start
             active = going
+
+    def _start(self, storage: GroupStorage, play: list[int], seeds: list[int], tally: dict[str, Any]) -> None:
+        """Reset the envs in ``play``, play the turns before their windows (``algo.late_windows``) and store each
+        window's first prompt; what those envs held in the storage before is dropped."""
+        start = time.perf_counter()
+        resets = {n: self.envs.envs[n].reset(seed=seeds[n]) for n in play}
+        tally["clock"]["time/env"] += time.perf_counter() - start
+        for n in play:
+            self.episode_return[n], self.episode_length[n] = 0.0, 0
+        if self.algo.late_windows:  # the turns before each window: in the episode's return and length
+            resets = self._skip(storage, play, seeds, resets, tally)
+        anchored = ESTIMATORS[self.algo.advantage].anchors
+        for n, (_, info) in resets.items():
+            storage.forget(n, anchor=anchor_of(info, n, anchored))
+        if play:
+            first = self.prompts.from_infos([resets[n][0] for n in play], [resets[n][1] for n in play])
+            for n, ids in zip(play, first, strict=True):
+                storage.prompts[0][n] = ids
+                storage.actions[0][n] = valid_actions(resets[n][1])
+
+    def window_starts(self, play: list[int]) -> dict[int, int]:
+        """algo.late_windows: the unrecorded turns each env in ``play`` plays before its window, k windows' worth
+        with k uniform in 0..late_windows, drawn from the run's seed and the batch (a run replays exactly)."""
+        rng = np.random.default_rng([self.seed, self.batches])
+        draws = rng.integers(0, self.algo.late_windows + 1, size=self.num_envs)
+        return {n: int(draws[n]) * self.algo.max_episode_turns for n in play}
+
+    def _skip(
+        self,
+        storage: GroupStorage,
+        play: list[int],
+        seeds: list[int],
+        resets: dict[int, tuple[Any, dict[str, Any]]],
+        tally: dict[str, Any],
+    ) -> dict[int, tuple[Any, dict[str, Any]]]:
+        """Play each env's turns before its window with the policy, unrecorded (counted in the turns and the
+        episode metrics); return the observation and info each window starts from. An episode that ends first
+        counts as finished and is reset to its seed: its window starts at that reset."""
+        clock, episodes = tally["clock"], tally["episodes"]
+        subenvs, left, current = list(self.envs.envs), self.window_starts(play), dict(resets)
+        active = [n for n in play if left[n] > 0]
+        while active if self.any_running is None else self.any_running(bool(active)):
+            start = time.perf_counter()
+            if active:
+                prompts = self.prompts.from_infos(
+                    [current[n][0] for n in active], [current[n][1] for n in active]
+                )
+                out = self.sampler.generate(prompts, actions=[valid_actions(current[n][1]) for n in active])
+            else:  # an idle pass that keeps the collective generation in step
+                self.sampler.generate([storage.prompts[0][0]], actions=[storage.actions[0][0]])
+            clock["time/generate"] += time.perf_counter() - start
+            going: list[int] = []
+            start = time.perf_counter()
+            for j, n in enumerate(active):
+                obs, reward, term, trunc, info = subenvs[n].step(out.texts[j])
+                tally["invalid"] += not bool(info["action_valid"])
+                tally["reward"] += float(reward)
+                tally["turns"] += 1
+                tally["skipped"] += 1
+                self.episode_return[n] += float(reward)
+                self.episode_length[n] += 1
+                left[n] -= 1
+                if term or trunc:
+                    tally["truncated"] += not term
+                    self._episode_end(n, info, family_of(self.env_id, info), episodes)
+                    current[n] = subenvs[n].reset(seed=seeds[n])
+                    self.episode_return[n], self.episode_length[n] = 0.0, 0
+                    continue
+                current[n] = (obs, info)
+                if left[n] > 0:
+                    going.append(n)
+            clock["time/env"] += time.perf_counter() - start
+            active = going
+        return current
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "batches": self.batches}

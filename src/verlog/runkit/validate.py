@@ -113,10 +113,7 @@ def _numbers(config: Config) -> Iterator[str]:
     if ppo.max_weight_abs < 0 or ppo.max_skipped_updates < 0:
         yield "ppo.max_weight_abs and ppo.max_skipped_updates must be >= 0 (0 = off)"
     if ppo.weight_decay < 0 or ppo.max_grad_norm <= 0:
-        yield (
-            "ppo.weight_decay must be >= 0 and ppo.max_grad_norm > 0, "
-            f"got {ppo.weight_decay} and {ppo.max_grad_norm}"
-        )
+        yield f"ppo.weight_decay must be >= 0 and ppo.max_grad_norm > 0, got {ppo.weight_decay} and {ppo.max_grad_norm}"
     for key in ("turn_gamma", "turn_lam", "token_gamma", "token_lam"):
         if not 0.0 <= getattr(ppo, key) <= 1.0:
             yield f"ppo.{key} must be in [0, 1], got {getattr(ppo, key)}"
@@ -311,10 +308,10 @@ def _algo(config: Config) -> Iterator[str]:
     name = f"algo.advantage = {algo.advantage!r}"
     if not ppo.whiten_advantages:
         yield f'ppo.whiten_advantages = false is for GAE; {name} scales by algo.norm (fix: algo.norm="mean")'
-    if algo.group_size < 0 or algo.max_episode_turns < 1 or algo.resample_attempts < 0:
+    if min(algo.group_size, algo.resample_attempts, algo.late_windows) < 0 or algo.max_episode_turns < 1:
         yield (
-            "algo.group_size and algo.resample_attempts must be >= 0 and algo.max_episode_turns >= 1, got "
-            f"{algo.group_size}, {algo.resample_attempts} and {algo.max_episode_turns}"
+            "algo.group_size, algo.resample_attempts and algo.late_windows must be >= 0 and algo.max_episode_turns "
+            f">= 1, got {algo.group_size}, {algo.resample_attempts}, {algo.late_windows} and {algo.max_episode_turns}"
         )
     elif env.num_envs > 0 and env.num_envs % algo.groups_of(env.num_envs):
         fits = [g for g in range(min(algo.group_size, env.num_envs), 0, -1) if env.num_envs % g == 0][0]
@@ -333,6 +330,8 @@ def _algo(config: Config) -> Iterator[str]:
         )
     if env.vectorization_mode != "sync":
         yield f'{name} steps each group\'s envs itself (fix: env.vectorization_mode="sync")'
+    if algo.late_windows and not (algo.branch_actions and algo.groups_of(max(env.num_envs, 1)) == 1):
+        yield "algo.late_windows starts each episode's window at a different turn, so only per-state branches compare like with like, not a group's episodes (fix: algo.branch_actions=true algo.group_size=1)"
     if algo.step_weight < 0 or not 0.0 <= algo.step_gamma <= 1.0:
         yield (
             f"algo.step_weight must be >= 0 and algo.step_gamma in [0, 1], got {algo.step_weight} and "
