@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import pickle
 
 import gymnasium as gym
@@ -13,7 +14,6 @@ import verlog  # noqa: F401  (registers the ids)
 from verlog.envs.babaisai import LEVELS, BabaIsAIEnv, solve
 from verlog.envs.babaisai.levels import level_from_map
 from verlog.envs.babaisai.text import describe
-from verlog.ppo.group_rollout import try_actions
 
 MAP = """
     #########
@@ -210,7 +210,7 @@ def greedy_on_shaping(env: BabaIsAIEnv, seed: int) -> bool:
     env.reset(seed=seed)
     moves = ("up", "right", "down", "left")
     for _ in range(env.max_steps):
-        earned = try_actions(env, moves)
+        earned = [copy.deepcopy(env).step(move)[1] for move in moves]  # each move tried in a copy
         _, _, terminated, truncated, info = env.step(moves[int(np.argmax(earned))])
         if terminated or truncated:
             return bool(info["won"])
