@@ -335,6 +335,13 @@ def probe_plan_following(session: nox.Session) -> None:
 
 
 @nox.session
+def probe_bot_following(session: nox.Session) -> None:
+    """Where does a trained BabyAI policy leave the bot's path? Per kind on its own episodes: agreement with the
+    bot's advice, each interaction answered where advised and elsewhere, wins by the bot's length, how losses end."""
+    session.run("python", "-m", "benchmarks.probes.bot_following", *session.posargs)
+
+
+@nox.session
 def gpu_check(session: nox.Session) -> None:
     """The learner on one GPU in 8 minutes: tiny preset, 0.5B/3B shapes (LoRA or not, critic or not), FSDP2, the
     GPU tests; writes benchmarks/results/gpu.json (-- --cpu-smoke: the same legs on the CPU, tiny models)."""

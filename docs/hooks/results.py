@@ -804,9 +804,13 @@ def _run_labels() -> dict[str, str]:
     labels = {}
     for path in sorted(RESULTS.glob("learn_*.json")):
         data = json.loads(path.read_text())
-        for entry in [*data.get("seeds", []), *data.get("earlier_runs", [])] if isinstance(data, dict) else []:
+        for entry in (
+            [*data.get("seeds", []), *data.get("earlier_runs", [])] if isinstance(data, dict) else []
+        ):
             if isinstance(entry, dict) and entry.get("run_dir"):
-                labels.setdefault(Path(entry["run_dir"]).name, f"{_recipe(path.stem)}, seed {entry.get('seed')}")
+                labels.setdefault(
+                    Path(entry["run_dir"]).name, f"{_recipe(path.stem)}, seed {entry.get('seed')}"
+                )
     return labels
 
 
@@ -833,6 +837,36 @@ def plan_following(name: str = "plan_following.json") -> str:
             ])  # fmt: skip
     header = ["run", "family", "won", "best move (blind): in the window", "next window", "after",
               "won by plan length", "dead ends / lost"]  # fmt: skip
+    return table(header, rows)
+
+
+def bot_following(name: str = "bot_following.json") -> str:
+    """Where each probed BabyAI policy leaves the bot's path, per kind: wins, agreement with the bot's moves, the
+    kind's key interaction answered where the bot advises it and elsewhere, wins by the bot's solution length,
+    and how lost episodes were lost (``benchmarks/probes/bot_following.py``)."""
+    labels = _run_labels()
+    rows = []
+    for run, entry in load(name).get("runs", {}).items():
+        for kind, f in entry["kinds"].items():
+            lost, key = f["lost"], f["lost"]["key_interaction"]
+            answered = f["interaction_answered"].get(key) if key else None
+            reading = "–" if answered is None else " / ".join(
+                "–" if answered[k] is None else f"{answered[k]:.2f}" for k in ("where_advised", "elsewhere")
+            )  # fmt: skip
+            lengths = ", ".join(
+                f"{k.removeprefix('bot ')}: {round(v['won'] * v['episodes'])}/{v['episodes']}"
+                for k, v in f["by_bot_length"].items()
+            )
+            ways = ("mission_failed", "never_reached_it", "reached_it_never_took_it", "took_it_and_lost")
+            how = " / ".join(str(lost[way]) for way in ways) if key else ""
+            moves = f["agreement"]["move"]["followed"]
+            rows.append([
+                labels.get(run, run), kind, f"{100 * f['won']:.0f} %", "–" if moves is None else f"{moves:.2f}",
+                f"{key or '–'}: {reading}", lengths, f"{how} of {lost['episodes']}" if key else str(lost["episodes"]),
+            ])  # fmt: skip
+    header = ["run", "kind", "won", "follows the bot's moves", "key interaction: where advised / elsewhere",
+              "won by the bot's length", "lost: mission failed / never reached it / reached, never took it / took "
+              "it, lost after"]  # fmt: skip
     return table(header, rows)
 
 
@@ -1314,6 +1348,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "crafter_ends": crafter_ends,
     "state_dependence": state_dependence,
     "plan_following": plan_following,
+    "bot_following": bot_following,
     "ablation_unshaped": lambda: ablation("learn_crafter_ablation_unshaped.json"),
     "crafter_reading_unshaped": lambda: crafter_reading("learn_crafter_ablation_unshaped.json"),
     "crafter_unshaped": lambda: crafter("learn_crafter_unshaped.json"),
