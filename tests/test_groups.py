@@ -396,7 +396,10 @@ def test_a_grpo_run_has_no_critic_anywhere(tmp_path: Path, model_path: Path) -> 
         (['algo.advantage="grpo"', "env.num_envs=6", "algo.group_size=4"], "does not divide into groups"),
         (['algo.advantage="rloo"', "env.num_envs=1", "ppo.num_minibatches=1"], "groups of 1 have none"),
         (['algo.advantage="rloo"', 'algo.pool="turn"'], 'fix: algo.pool="episode"'),
-        (['algo.advantage="grpo"', "algo.resample_attempts=-1"], "algo.resample_attempts and algo.late_windows must be >= 0"),
+        (
+            ['algo.advantage="grpo"', "algo.resample_attempts=-1"],
+            "algo.resample_attempts and algo.late_windows must be >= 0",
+        ),
         (['algo.advantage="grpo"', 'env.vectorization_mode="async"'], 'fix: env.vectorization_mode="sync"'),
         (["algo.center_actions=true"], 'a critic has none (fix: algo.advantage="gigpo")'),
     ],
