@@ -31,11 +31,13 @@ from minigrid.envs.babyai.core.verifier import (
     PutNextInstr,
 )
 
-from verlog.envs.base import TextEnv
+from verlog.envs.babyai_plan import PlanLengths
+from verlog.envs.base import TextEnv, deepcopy_sharing
 from verlog.envs.registration import BABYAI_TASKS
 
 __all__ = [
     "EXCLUDED_PHRASES",
+    "POTENTIALS",
     "TASKS",
     "BabyAITextEnv",
     "MixedTrainLocalLevel",
@@ -50,6 +52,8 @@ EXCLUDED_PHRASES = ("yellow box", "red key", "red door", "green ball", "grey doo
 _BASE_OBJECTS = {"goto": 1, "pickup": 1, "putnext": 2, "pick_up_seq_go_to": 2}
 #: Colours of the locked door in ``open`` (red and grey doors belong to the test split).
 _OPEN_DOOR_COLORS = ("yellow", "green", "blue", "purple")
+#: What ``shaping`` counts as the steps still needed (``BabyAITextEnv(potential=...)``).
+POTENTIALS = ("distance", "bot")
 #: BALROG's room: 8x8 with its walls, 6x6 inside.
 ROOM_SIZE = 8
 #: Smallest and largest ``room_size``; below 5 the objects cannot all avoid the agent's four neighbours.
@@ -82,6 +86,12 @@ class MixedTrainLocalLevel(RoomGridLevel):
         self.rejections = 0
         num_cols = 2 if kind == "open" else 1
         super().__init__(room_size=room_size, num_rows=1, num_cols=num_cols, **kwargs)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> MixedTrainLocalLevel:
+        """A copy sharing what play never changes: the walls (never moved nor changed) and the spaces; a copy of
+        the state alone is what one-step branches and the bot's plans (:mod:`verlog.envs.babyai_plan`) need."""
+        walls = [cell for cell in self.grid.grid if cell is not None and cell.type == "wall"]
+        return deepcopy_sharing(self, memo, (self.observation_space, self.action_space, *walls), vars(self))
 
     def _gen_grid(self, width: int, height: int) -> None:
         # RoomGridLevel's loop, minus the print: redraw the whole layout until it is accepted.
@@ -232,11 +242,16 @@ class BabyAITextEnv(TextEnv):
         invalid_action_fallback: the action run after an invalid response instead of BALROG's "go forward"
             (which rewards garbage in GoTo); ``"pick up"`` is a no-op in GoTo.
         offered_actions: the actions listed and accepted, e.g. the three moves for GoTo (default: all six).
-        shaping: weight of a potential-based shaping reward for GoTo, for training only: every step also pays
-            ``shaping * (before - after)``, where before and after are the grid distance from the cell in
-            front of the agent to the nearest object the mission names (GoTo succeeds at 0), so a turn or a
-            step toward the object pays and one away costs. Success and ``progression`` are unchanged; other
-            tasks get no shaping. 0 (BALROG's sparse reward) is off.
+        shaping: weight of a potential-based shaping reward, for training only: every step also pays
+            ``shaping * (before - after)``, where before and after are the steps still needed by ``potential``,
+            so a step toward the goal pays and one away costs. Success and ``progression`` are unchanged.
+            0 (BALROG's sparse reward) is off.
+        potential: what ``shaping`` counts. ``"distance"`` (the default): for GoTo only, the grid distance from
+            the cell in front of the agent to the nearest object the mission names (GoTo succeeds at 0); other
+            tasks get no shaping. ``"bot"``: on every kind, the steps minigrid's BabyAI bot takes from the state
+            to the mission's success, the whole grid known to it (:mod:`verlog.envs.babyai_plan`; a state it
+            cannot finish from, or a failed mission, counts the level's step cap). Milliseconds a new state;
+            each state's count is kept for the episode, shared with the env's copies.
         invalid_action_penalty, invalid_action_feedback, strict_parsing, render_mode: see
             :class:`~verlog.envs.base.TextEnv`; ``render_mode`` may also be ``"rgb_array"`` (the full grid).
 
@@ -302,7 +317,10 @@ class BabyAITextEnv(TextEnv):
         invalid_action_fallback: str | None = None,
         offered_actions: Sequence[str] | None = None,
         shaping: float = 0.0,
+        potential: str = "distance",
     ) -> None:
+        if potential not in POTENTIALS:
+            raise ValueError(f"potential={potential!r}: choose one of {POTENTIALS}")
         super().__init__(
             invalid_action_penalty=invalid_action_penalty,
             invalid_action_feedback=invalid_action_feedback,
@@ -334,7 +352,17 @@ class BabyAITextEnv(TextEnv):
         self._levels: dict[str, MixedTrainLocalLevel] = {}
         self._level: MixedTrainLocalLevel | None = None
         self._success = False
+        self._failed = False
         self._prompt = ""
+        self.potential = potential
+        self._plan_lengths = PlanLengths()
+
+    def _copied_state(self) -> Mapping[str, Any]:
+        """Without the idle levels of the other kinds: each is built again from its seed at the reset that draws
+        it, so a copy costs one level, not five."""
+        state = dict(vars(self))
+        state["_levels"] = {kind: level for kind, level in self._levels.items() if level is self._level}
+        return state
 
     @property
     def level(self) -> MixedTrainLocalLevel:
@@ -356,6 +384,8 @@ class BabyAITextEnv(TextEnv):
         self._level = self._levels[kind]
         obs, _ = self._level.reset(seed=int(self.np_random.integers(2**31 - 1)))
         self._success = False
+        self._failed = False
+        self._plan_lengths.clear()
         self._prompt = _instruction_prompt(self._level.mission, self.offered_actions)
         return describe_view(obs["image"], self._level.carrying), self._game_info()
 
@@ -368,17 +398,22 @@ class BabyAITextEnv(TextEnv):
     def _apply(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         level = self.level
         obs, reward, terminated, truncated, _ = level.step(self._action_index[action])
-        if terminated and reward > 0:
-            self._success = True
+        if terminated:
+            self._success = reward > 0
+            self._failed = not self._success  # minigrid's verifier: e.g. the wrong door opened
         text = describe_view(obs["image"], level.carrying)
         # A success on the last step is a real ending, not a time-out.
         return text, float(reward), bool(terminated), bool(truncated and not terminated), self._game_info()
 
     def _potential(self) -> int | None:
-        """GoTo's shaping potential: grid steps from the cell in front of the agent to the nearest object that
-        the mission names (minigrid's verifier counts the task done when that cell holds one); other tasks
-        have none."""
+        """The shaping potential. ``"bot"``: the BabyAI bot's steps to success. ``"distance"``: for GoTo, grid
+        steps from the cell in front of the agent to the nearest object that the mission names (minigrid's
+        verifier counts the task done when that cell holds one); other tasks have none."""
         level = self.level
+        if self.potential == "bot":
+            if self._failed:
+                return level.max_steps
+            return self._plan_lengths.steps_left(level, level.max_steps)
         if not isinstance(level.instrs, GoToInstr):
             return None
         fx, fy = level.front_pos

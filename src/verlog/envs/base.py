@@ -16,6 +16,7 @@ A game subclasses :class:`TextEnv` and fills in four hooks (``_new_episode``, ``
 
 from __future__ import annotations
 
+import copy
 import string
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
@@ -26,7 +27,7 @@ from gymnasium import spaces
 
 from verlog.envs.parsing import ParsedAction, parse_action
 
-__all__ = ["INFO_KEYS", "PRINTABLE", "STATE_KEY", "TextEnv", "text_space"]
+__all__ = ["INFO_KEYS", "PRINTABLE", "STATE_KEY", "TextEnv", "deepcopy_sharing", "text_space"]
 
 #: Every character a text observation or action may hold: printable ASCII plus whitespace.
 PRINTABLE = string.printable
@@ -48,6 +49,20 @@ INFO_KEYS = (
 def text_space(max_length: int) -> spaces.Text:
     """A Text space that holds sentences (Gymnasium's default charset is alphanumeric only)."""
     return spaces.Text(max_length=max_length, min_length=0, charset=PRINTABLE)
+
+
+def deepcopy_sharing(
+    obj: Any, memo: dict[int, Any], shared: Sequence[object], state: Mapping[str, Any]
+) -> Any:
+    """``copy.deepcopy`` of ``obj`` whose attributes are ``state``, with the objects in ``shared`` kept, not copied
+    (for a ``__deepcopy__``: what play never changes need not be copied for every state a learner branches from)."""
+    for kept in shared:
+        memo.setdefault(id(kept), kept)
+    clone = type(obj).__new__(type(obj))
+    memo[id(obj)] = clone
+    for name, value in state.items():
+        setattr(clone, name, copy.deepcopy(value, memo))
+    return clone
 
 
 class TextEnv(gym.Env[str, str], ABC):
@@ -147,6 +162,22 @@ class TextEnv(gym.Env[str, str], ABC):
     @abstractmethod
     def _apply(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         """Run one canonical action; return ``(text, reward, terminated, truncated, game_info)``."""
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> TextEnv:
+        """A copy that plays on exactly as this env does. What never changes in play is shared, not copied: the
+        two text spaces (their large charsets were half the cost of copying a BabyAI env) and whatever
+        :meth:`_shared_in_copies` names; one-step branches (``algo.branch_actions``) copy every state played.
+        The spaces' own sampling generator is shared with them."""
+        shared = (self.observation_space, self.action_space, *self._shared_in_copies())
+        return deepcopy_sharing(self, memo, shared, self._copied_state())
+
+    def _shared_in_copies(self) -> Sequence[object]:
+        """Objects a deep copy shares with this env: ones that play never changes (none by default)."""
+        return ()
+
+    def _copied_state(self) -> Mapping[str, Any]:
+        """The attributes a deep copy holds copies of (all of them by default)."""
+        return vars(self)
 
     def _potential(self) -> int | None:
         """Steps still needed to reach the goal, by the game's own estimate, for the shaping reward; None

@@ -1,0 +1,122 @@
+"""Steps left in a BabyAI level by minigrid's own BabyAI bot: the ``potential="bot"`` shaping of
+:class:`~verlog.envs.babyai.BabyAITextEnv`.
+
+BabyAI's reward is paid once, at success. Kinds that hinge on one interaction at one state (toggle the named
+door, drop the carried object beside the named one) are almost never won by chance, so a learner sees no signal
+there (``benchmarks/probes/bot_following.py``). A shaping potential that counts the steps still needed tells one
+step apart from another on every kind. The count here is how many steps minigrid's ``BabyAIBot`` (the DAgger
+oracle BabyAI ships, which solves every MixedTrainLocal kind) takes to finish the mission from the state, played
+in a copy of the level with the whole grid known to it, so its plan is a function of the state and not of what
+the agent happened to look at.
+
+A bot rollout costs milliseconds, and one-step branches ask for one from every action of every state played, so
+:class:`PlanLengths` remembers each state's count for the episode: every state a rollout passes through gets its
+own count, and a rollout stops as soon as it reaches a state already counted. The memory is shared by the env's
+deep copies (the branches' copies count into the same table), and emptied at each reset.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from minigrid.envs.babyai.core.verifier import AfterInstr, BeforeInstr
+from minigrid.utils.baby_ai_bot import BabyAIBot
+
+__all__ = ["PlanLengths", "remaining_instruction", "state_key"]
+
+
+def remaining_instruction(instrs: Any) -> Any:
+    """The part of a level's instruction not yet done: a sequence whose first part succeeded leaves its second
+    (a fresh bot would otherwise plan the done part again, e.g. pick up what it already carries)."""
+    if isinstance(instrs, BeforeInstr) and instrs.a_done == "success":
+        return instrs.instr_b
+    if isinstance(instrs, AfterInstr) and instrs.b_done == "success":
+        return instrs.instr_a
+    return instrs
+
+
+def state_key(level: Any) -> tuple[Any, ...]:
+    """What the bot's plan depends on: the agent's cell, heading and load, every cell's object and door state,
+    and which part of the instruction is left. The step count is not in it (the plan does not depend on it)."""
+    carrying = level.carrying
+    objects = tuple(  # walls never move; a plain loop is ~10x faster than Grid.encode()
+        (index, cell.type, cell.color, cell.is_open, cell.is_locked)
+        if cell.type == "door"
+        else (index, cell.type, cell.color)
+        for index, cell in enumerate(level.grid.grid)
+        if cell is not None and cell.type != "wall"
+    )
+    return (
+        tuple(level.agent_pos),
+        int(level.agent_dir),
+        None if carrying is None else (carrying.type, carrying.color),
+        objects,
+        type(remaining_instruction(level.instrs)).__name__,  # a sequence's first part done or not
+    )
+
+
+class _FullViewBot(BabyAIBot):
+    """minigrid's bot with the whole grid known from the start: the plan depends on the state alone, and the
+    agent's view, which would only mark cells already marked, is not read."""
+
+    def __init__(self, mission: Any) -> None:
+        super().__init__(mission)
+        self.vis_mask[:] = True
+
+    def _process_obs(self) -> None:  # minigrid's hook that marks the cells in view as seen: all are
+        pass
+
+
+class PlanLengths:
+    """The bot's steps to success per state of one episode; shared, not copied, by the env's deep copies."""
+
+    def __init__(self) -> None:
+        self._lengths: dict[tuple[Any, ...], int] = {}
+        #: Bot steps played so far (a rollout stops at the first counted state): for speed checks.
+        self.bot_steps = 0
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> PlanLengths:
+        return self  # a branch's copy of the env counts into the episode's one table
+
+    def clear(self) -> None:
+        self._lengths.clear()
+
+    def __len__(self) -> int:
+        return len(self._lengths)
+
+    def steps_left(self, level: Any, cap: int) -> int:
+        """Steps the bot needs from ``level``'s state to the mission's success, at most ``cap`` (also what a
+        state the bot cannot finish from counts: a failed mission, the step cap, a state it gives up on)."""
+        key = state_key(level)
+        known = self._lengths.get(key)
+        if known is not None:
+            return known
+        twin = copy.deepcopy(level)
+        twin.instrs = remaining_instruction(twin.instrs)  # the twin succeeds when what is left is done
+        bot = _FullViewBot(twin)
+        path = [key]
+        value = cap
+        taken: int | None = None
+        for step in range(1, cap + 1):
+            try:
+                taken = int(bot.replan(taken))
+            except Exception:  # the bot's own asserts (e.g. an opened box it cannot account for)
+                break
+            self.bot_steps += 1
+            _, reward, terminated, truncated, _ = twin.step(taken)
+            if terminated or truncated:
+                value = step if terminated and reward > 0 else cap
+                break
+            reached = state_key(twin)
+            known = self._lengths.get(reached)
+            if known is not None:
+                value = min(step + known, cap)
+                break
+            path.append(reached)
+        for steps_done, visited in enumerate(path):  # each state on the bot's way is that much nearer
+            if value >= cap:
+                self._lengths.setdefault(visited, cap)
+            else:
+                self._lengths.setdefault(visited, value - steps_done)
+        return self._lengths[key]
