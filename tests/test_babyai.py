@@ -521,3 +521,67 @@ def test_registered_ids(suffix):
 
 def test_check_env():
     check_env(BabyAITextEnv(("goto", "open")), skip_render_check=True)
+
+
+# ------------------------------------------------------------------ the bot's plan as a shaping potential
+def _best_actions(env: BabyAITextEnv) -> list[str]:
+    """The actions whose one-step shaped reward is the state's best, each tried in its own copy of the env."""
+    import copy
+
+    rewards = {action: copy.deepcopy(env).step(action)[1] for action in ACTIONS}
+    best = max(rewards.values())
+    return [action for action, reward in rewards.items() if reward == pytest.approx(best)]
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_bot_potential_greedy_play_wins_every_kind(task):
+    """potential="bot" is what one-step branches train toward (algo.branch_weight="best"): always taking a best
+    action must win, on every kind, including the interactions a binary reward seldom pays (toggle, drop)."""
+    env = BabyAITextEnv(task, shaping=0.25, potential="bot")
+    for seed in range(3):
+        env.reset(seed=seed)
+        done = False
+        while not done:
+            _, _, terminated, truncated, info = env.step(_best_actions(env)[0])
+            done = terminated or truncated
+        assert info["success"], (task, seed)
+
+
+def test_bot_potential_pays_a_step_along_the_plan_and_charges_a_wasted_one():
+    env = BabyAITextEnv("putnext", shaping=0.5, potential="bot")
+    env.reset(seed=4)
+    best = _best_actions(env)
+    assert env.step(best[0])[1] == pytest.approx(0.5)  # one step nearer the end
+    wasted = next(a for a in ("drop", "toggle", "pick up") if a not in _best_actions(env))
+    assert env.step(wasted)[1] == pytest.approx(0.0)  # a no-op leaves the count where it was
+
+
+def test_bot_potential_leaves_success_and_the_judge_unchanged():
+    """Shaping 0 (how the judge plays a shaped run) gives minigrid's own rewards, bot or no bot."""
+    plain, shaped_off = BabyAITextEnv("pickup"), BabyAITextEnv("pickup", potential="bot")
+    for seed in range(3):
+        assert plain.reset(seed=seed) == shaped_off.reset(seed=seed)
+        for action in ("turn left", "go forward", "pick up", "turn right", "go forward"):
+            assert plain.step(action) == shaped_off.step(action)
+    with pytest.raises(ValueError, match="potential='plan'"):
+        BabyAITextEnv(potential="plan")
+
+
+def test_a_copy_plays_on_exactly_as_the_env_and_holds_one_level():
+    """Deep copies (one per action per state with algo.branch_actions) drop the idle kinds' levels and share
+    what play never changes, yet step and reset exactly as the original does."""
+    import copy
+
+    env = BabyAITextEnv(TASKS, shaping=0.25, potential="bot")
+    for seed in range(8):
+        env.reset(seed=seed)
+        twin = copy.deepcopy(env)
+        assert twin.level is not env.level and twin.action_space is env.action_space
+        walls = [c for c in env.level.grid.grid if c is not None and c.type == "wall"]
+        twin_walls = [c for c in twin.level.grid.grid if c is not None and c.type == "wall"]
+        assert all(a is b for a, b in zip(walls, twin_walls, strict=True))
+        for action in ("go forward", "turn left", "pick up", "go forward", "toggle", "drop", "turn right"):
+            assert twin.step(action) == env.step(action)
+        assert twin.reset(seed=100 + seed) == env.reset(seed=100 + seed)  # a kind it had no level for
+        for action in ("go forward", "turn right", "pick up"):
+            assert twin.step(action) == env.step(action)
