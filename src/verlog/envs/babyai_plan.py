@@ -73,17 +73,12 @@ class PlanLengths:
 
     def __init__(self) -> None:
         self._lengths: dict[tuple[Any, ...], int] = {}
-        #: Bot steps played so far (a rollout stops at the first counted state): for speed checks.
-        self.bot_steps = 0
 
     def __deepcopy__(self, memo: dict[int, Any]) -> PlanLengths:
         return self  # a branch's copy of the env counts into the episode's one table
 
     def clear(self) -> None:
         self._lengths.clear()
-
-    def __len__(self) -> int:
-        return len(self._lengths)
 
     def steps_left(self, level: Any, cap: int) -> int:
         """Steps the bot needs from ``level``'s state to the mission's success, at most ``cap`` (also what a
@@ -103,7 +98,6 @@ class PlanLengths:
                 taken = int(bot.replan(taken))
             except Exception:  # the bot's own asserts (e.g. an opened box it cannot account for)
                 break
-            self.bot_steps += 1
             _, reward, terminated, truncated, _ = twin.step(taken)
             if terminated or truncated:
                 value = step if terminated and reward > 0 else cap
