@@ -20,7 +20,7 @@ from verlog.config import AlgoConfig, Config, ConfigError, PPOConfig, load_confi
 from verlog.models.loading import load_models
 from verlog.models.prompts import PromptBuilder
 from verlog.models.tiny import build_tiny
-from verlog.ppo.advantages import branch_advantages, compute_advantages
+from verlog.ppo.advantages import best_move_balance, branch_advantages, compute_advantages
 from verlog.ppo.build import Models, make_batches
 from verlog.ppo.forward import actor_logprobs, collate
 from verlog.ppo.group_rollout import Brancher, GroupRollout, branch_width, offered_actions, try_actions
@@ -99,6 +99,58 @@ def test_scored_branches_weigh_by_the_actors_probability_and_report_it(words_mod
             assert float(storage.turn_advantages[t, c]) == pytest.approx(p * (r - mean), abs=1e-6)
         on_best.append(sum(p for p, r in zip(chances, tried, strict=True) if r == max(tried)))
     assert metrics["groups/branch_best_probability"] == pytest.approx(np.mean(on_best), abs=1e-6)
+
+
+def test_balance_gives_a_rarely_best_move_its_share_and_keeps_the_batch_s_total() -> None:
+    """algo.branch_balance: toggle best in 1 state of 10 and forward in 9 (one of them tied with left). Power 1
+    gives each action the same total weight, power 0 changes nothing, and the batch's total stays 10."""
+    best = [["forward"]] * 8 + [["forward", "left"], ["toggle"]]
+    mass = {"forward": 8.5, "left": 0.5, "toggle": 1.0}
+    for power in (0.0, 0.5, 1.0):
+        factors = best_move_balance(best, power)
+        assert sum(mass[a] * f for a, f in factors.items()) == pytest.approx(10.0)
+        if power == 0.0:
+            assert factors == pytest.approx({"forward": 1.0, "left": 1.0, "toggle": 1.0})
+    even = best_move_balance(best, 1.0)
+    assert [mass[a] * even[a] for a in mass] == pytest.approx([10 / 3] * 3)  # each action's share alike
+    half = best_move_balance(best, 0.5)
+    assert half["toggle"] / half["forward"] == pytest.approx((8.5 / 1.0) ** 0.5)
+    assert best_move_balance([], 1.0) == {}
+
+
+def test_balanced_best_branches_scale_by_their_action_and_report_each_action(words_model_path: Path) -> None:
+    """On a scored batch, algo.branch_balance multiplies each best move's w / k by its action's factor (the
+    other branches stay 0) and logs, per action, the actor's probability of it where it is best and its share."""
+    rollout, storage, _ = _rollout(words_model_path, branch=True)
+    torch.manual_seed(0)
+    rollout.collect(storage)
+    score(storage, actor=rollout.sampler.model, critic=None, reference=None, temperature=1.0, max_tokens=4096,
+          device="cpu")  # fmt: skip
+    algo = AlgoConfig(
+        advantage="grpo", group_size=1, max_episode_turns=6, branch_actions=True, branch_weight="best"
+    )
+    algo.branch_balance = 1.0
+    metrics = compute_advantages(storage, Config(algo=algo))
+    telling = {
+        key: tried for key, tried in storage.branch_rewards.items() if tried and max(tried) != min(tried)
+    }
+    best = {
+        key: [a for a, r in zip(LINE, tried, strict=True) if r == max(tried)]
+        for key, tried in telling.items()
+    }
+    factors = best_move_balance(list(best.values()), 1.0)
+    assert len(factors) >= 2  # more than one action is best somewhere, so the factors differ from 1
+    for (t, n), moves in best.items():
+        for b, action in enumerate(LINE):
+            expected = factors[action] / len(moves) if action in moves else 0.0
+            assert float(storage.turn_advantages[t, storage.branch_column(n, b)]) == pytest.approx(expected)
+    shares = [metrics[f"branch_best/{a}/share"] for a in factors]
+    assert sum(shares) == pytest.approx(1.0)
+    for action in factors:
+        where = [(t, n) for (t, n), moves in best.items() if action in moves]
+        chances = [float(storage.old_logprobs[t, c, : int(storage.response_lens[t, c])].sum().exp())
+                   for t, n in where for c in [storage.branch_column(n, LINE.index(action))]]  # fmt: skip
+        assert metrics[f"branch_best/{action}/probability"] == pytest.approx(np.mean(chances), abs=1e-6)
 
 
 def test_tried_actions_report_each_move_s_reward_and_leave_the_env_where_it_was() -> None:
@@ -306,6 +358,16 @@ def test_make_batches_gives_each_env_its_branch_columns(words_model_path: Path) 
             "fix: ppo.reuse_sampler_logprobs=false",
         ),
         (['algo.advantage="gigpo"', 'algo.branch_weight="policy"'], "fix: algo.branch_actions=true"),
+        (
+            [
+                'algo.advantage="grpo"',
+                "algo.branch_actions=true",
+                "ppo.reuse_sampler_logprobs=false",
+                "algo.branch_balance=0.5",
+            ],
+            "fix: algo.branch_weight=best, or algo.branch_balance=0",
+        ),  # fmt: skip
+        (['algo.advantage="grpo"', "algo.branch_balance=-1"], "is negative (fix: 0 for none, 0.5 or 1)"),
         (
             ['algo.advantage="grpo"', "algo.group_size=1", "algo.late_windows=2"],
             "fix: algo.branch_actions=true algo.group_size=1",

@@ -361,6 +361,9 @@ class AlgoConfig:
     branch_weight: Literal["uniform", "policy", "best"] = "uniform"
     """algo.branch_actions: how a state's branches are weighed. "uniform": each as if it had been sampled, w * (r - mean of the branches); the logits then move by about +rate * advantage every update whatever the policy already does, an objective without an optimum that sharpens without end (the tiny BabaIsAI mix blew up under it, docs/log.md). "policy": each by the probability the policy gave it before the update, w * pi(b|s) * (r - sum_b pi r / sum_b pi): the exact gradient of the expected one-step reward (Mean Actor-Critic, Allen et al. 2017), which stops pushing once the policy puts its mass on the best moves, and pushes little on a best move the policy has nearly ruled out. "best": w / k on each of the state's k best moves, 0 on the others: the cross-entropy toward the one-step greedy policy, classification-based policy iteration (Lagoudakis and Parr 2003) with the branches as its rollouts; it stops at the best moves and pulls as hard on one the policy has ruled out (a state whose moves all earn the same pulls toward uniform)."""
 
+    branch_balance: float = 0.0
+    """algo.branch_weight = "best": weigh each best move by (mean / M_a) ** branch_balance, M_a the batch's weight on that action as a best move and the mean over the actions ever best, rescaled so the batch's total is unchanged: 1 gives an action that is best in few states (BabyAI's toggle, drop) as much of the update as one best in many, 0.5 the square root of that, 0 nothing (the metrics branch_best/<action>/probability and /share show whether a rare one is learned)."""
+
     @property
     def critic(self) -> bool:
         """Whether this estimator needs a critic."""

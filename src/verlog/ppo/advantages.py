@@ -43,7 +43,8 @@ by :class:`verlog.ppo.group_rollout.Brancher`): each offered action's one-step b
 when that was invalid (its penalty, through the mean, lifts every offered move of the state together). The
 played turn keeps its group advantage alone. ``algo.branch_weight`` chooses other weights: "policy" scales each
 by the actor's probability of the move, around the policy's mean (the gradient of the expected one-step reward);
-"best" puts ``w / k`` on each of the state's k best moves and 0 on the rest (the cross-entropy toward them).
+"best" puts ``w / k`` on each of the state's k best moves and 0 on the rest (the cross-entropy toward them);
+``algo.branch_balance`` then weighs a move that is best in few of the batch's states up (:func:`best_move_balance`).
 
 **Dynamic sampling**: a group whose turns all have a zero advantage carries no gradient. :func:`group_signal`
 says which groups do, so the rollout can play the others again: the estimator's judgement, asked before
@@ -71,6 +72,7 @@ __all__ = [
     "Estimator",
     "GroupAdvantages",
     "branch_advantages",
+    "best_move_balance",
     "branch_term",
     "center_by_action",
     "compute_advantages",
@@ -388,20 +390,56 @@ def _answer_probability(storage: GroupStorage, t: int, column: int) -> float:
     return float(torch.exp((storage.old_logprobs[t, column] * storage.response_mask[t, column]).sum()))
 
 
-def branch_term(storage: GroupStorage, weight: float, mode: str = "uniform") -> dict[str, float]:
+def best_move_balance(best: Sequence[Sequence[str]], power: float) -> dict[str, float]:
+    """Per action, the factor ``algo.branch_balance`` (``power``) puts on it where it is one of a state's best
+    moves: ``(mean / M_a) ** power``, M_a the batch's weight on the action as a best move (``1 / k`` from each
+    state with k best moves), the mean over the actions that are ever best; scaled so the batch's total weight is
+    unchanged. An interaction that is best in few states (BabyAI's toggle and drop) gets as much of the update as
+    a move that is best in many when ``power`` is 1, and none more than today's when it is 0."""
+    mass: dict[str, float] = defaultdict(float)
+    for moves in best:
+        for action in moves:
+            mass[action] += 1.0 / len(moves)
+    if not mass:
+        return {}
+    mean = sum(mass.values()) / len(mass)
+    raw = {action: (mean / m) ** power for action, m in mass.items()}
+    scale = sum(mass.values()) / sum(m * raw[action] for action, m in mass.items())
+    return {action: scale * factor for action, factor in raw.items()}
+
+
+def _best_moves(tried: Sequence[float]) -> list[bool]:
+    top = max(tried)
+    return [r >= top - 1e-6 for r in tried]
+
+
+def branch_term(
+    storage: GroupStorage, weight: float, mode: str = "uniform", balance: float = 0.0
+) -> dict[str, float]:
     """Set the branch turns' advantages (``storage.turn_advantages``); return the branch metrics.
 
     ``mode`` is ``algo.branch_weight`` (:func:`branch_advantages`; "policy" reads the probabilities the actor
-    gave the branches when scored). Over the played turns with a valid answer:
-    ``groups/branch_gain``, the played move's reward minus the mean of its state's branches (above 0: better than
-    a uniform choice among the offered moves), and ``groups/branch_best_share``, how often it earned as much as
-    the state's best branch; over every state with branches, ``groups/branch_best_probability``, the probability
-    the actor put on the state's best moves together (what the branches teach, read without sampling's noise).
+    gave the branches when scored); with "best", ``balance`` (``algo.branch_balance``) weighs each best move by
+    :func:`best_move_balance` over the batch's states whose moves do not all earn the same. Over the played turns
+    with a valid answer: ``groups/branch_gain``, the played move's reward minus the mean of its state's branches
+    (above 0: better than a uniform choice among the offered moves), and ``groups/branch_best_share``, how often
+    it earned as much as the state's best branch; over every state with branches,
+    ``groups/branch_best_probability``, the probability the actor put on the state's best moves together (what
+    the branches teach, read without sampling's noise). Per action a, over the states whose best moves it is among
+    (and that tell moves apart): ``branch_best/<a>/probability``, the probability the actor gave it, and
+    ``branch_best/<a>/share``, its share of the batch's best-move weight: whether a rarely best move is learned.
     """
     gains, on_best, best = [], [], []
-    for (t, n), tried in storage.branch_rewards.items():
-        if not tried:
-            continue
+    states = [(key, tried) for key, tried in storage.branch_rewards.items() if tried]
+    names = {key: storage.branch_names.get(key, tuple(map(str, range(len(tried))))) for key, tried in states}
+    telling = [key for key, tried in states if max(tried) != min(tried)]
+    best_sets = {
+        key: [a for a, b in zip(names[key], _best_moves(storage.branch_rewards[key]), strict=True) if b]
+        for key in telling
+    }
+    factors = best_move_balance(list(best_sets.values()), balance) if mode == "best" and balance else {}
+    per_action: dict[str, list[float]] = defaultdict(list)
+    for (t, n), tried in states:
         played, valid = float(storage.rewards[t, n]), storage.branch_valid.get((t, n), False)
         chances = [_answer_probability(storage, t, storage.branch_column(n, b)) for b in range(len(tried))]
         invalid = (None, 0.0) if valid else (played, _answer_probability(storage, t, n))
@@ -409,18 +447,30 @@ def branch_term(storage: GroupStorage, weight: float, mode: str = "uniform") -> 
             tried, weight, invalid[0], mode=mode, probabilities=chances, invalid_probability=invalid[1]
         )
         for b, advantage in enumerate(advantages):
-            storage.turn_advantages[t, storage.branch_column(n, b)] = advantage
-        top = max(tried)
-        on_best.append(sum(p for p, r in zip(chances, tried, strict=True) if r >= top - 1e-6))
+            factor = factors.get(names[(t, n)][b], 1.0) if (t, n) in best_sets else 1.0
+            storage.turn_advantages[t, storage.branch_column(n, b)] = advantage * factor
+        is_best = _best_moves(tried)
+        on_best.append(sum(p for p, b in zip(chances, is_best, strict=True) if b))
+        if (t, n) in best_sets:
+            for action, p, b in zip(names[(t, n)], chances, is_best, strict=True):
+                if b:
+                    per_action[action].append(p)
         if valid:
             gains.append(played - float(np.mean(tried)))
-            best.append(played >= top - 1e-6)
-    return {
+            best.append(played >= max(tried) - 1e-6)
+    metrics = {
         "groups/branch_turns": float(sum(len(r) for r in storage.branch_rewards.values())),
         "groups/branch_gain": float(np.mean(gains)) if gains else 0.0,
         "groups/branch_best_share": float(np.mean(best)) if best else 0.0,
         "groups/branch_best_probability": float(np.mean(on_best)) if on_best else 0.0,
     }
+    mass = {a: sum(1.0 / len(m) for m in best_sets.values() if a in m) for a in per_action}
+    total = sum(mass.values())
+    for action, chances in sorted(per_action.items()):
+        key = action.replace(" ", "_")
+        metrics[f"branch_best/{key}/probability"] = float(np.mean(chances))
+        metrics[f"branch_best/{key}/share"] = mass[action] / total
+    return metrics
 
 
 def token_advantages(storage: GroupStorage, *, kl_coef: float = 0.0, token_gamma: float = 1.0) -> None:
@@ -481,7 +531,7 @@ def _group(
         metrics["groups/step_group_size"] = float(sizes.mean())
         metrics["groups/anchored_turn_fraction"] = float(sizes[sizes > 1].sum() / max(turns, 1))
     if storage.branch_width:
-        metrics.update(branch_term(storage, algo.step_weight, algo.branch_weight))
+        metrics.update(branch_term(storage, algo.step_weight, algo.branch_weight, algo.branch_balance))
     if result.action_means:  # how far apart the actions' mean advantages were before centring
         means = result.action_means.values()
         metrics["groups/action_mean_spread"] = max(means) - min(means)

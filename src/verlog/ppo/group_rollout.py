@@ -352,3 +352,4 @@ class Brancher:
             storage.actions[t][column] = storage.actions[t][n]  # a branch is scored as the played answer is
             storage.put(t, column, ids, [0.0] * len(ids), reward)
         storage.branch_rewards[(t, n)] = rewards
+        storage.branch_names[(t, n)] = actions

@@ -406,6 +406,8 @@ class GroupStorage(TurnStorage):
         self.branch_rewards: dict[tuple[int, int], list[float]] = {}
         #: (turn, env) of each played turn with branches -> whether its answer named an offered action.
         self.branch_valid: dict[tuple[int, int], bool] = {}
+        #: (turn, env) of each played turn with branches -> the actions its branches tried, in column order.
+        self.branch_names: dict[tuple[int, int], tuple[str, ...]] = {}
 
     def branch_column(self, n: int, b: int) -> int:
         """The column of env n's branch b."""
@@ -426,6 +428,7 @@ class GroupStorage(TurnStorage):
         self.episodes = [Episode() for _ in range(self.sampled_columns)]
         self.branch_rewards.clear()
         self.branch_valid.clear()
+        self.branch_names.clear()
 
     def reset_first(
         self, prompts: Sequence[list[int]], actions: Sequence[tuple[str, ...] | None] | None = None
@@ -447,6 +450,7 @@ class GroupStorage(TurnStorage):
         self.episodes[n] = Episode(anchors=[anchor])
         self.branch_rewards = {key: value for key, value in self.branch_rewards.items() if key[1] != n}
         self.branch_valid = {key: value for key, value in self.branch_valid.items() if key[1] != n}
+        self.branch_names = {key: value for key, value in self.branch_names.items() if key[1] != n}
 
     def put(self, t: int, n: int, ids: Sequence[int], logprobs: Sequence[float], reward: float) -> None:
         """Store env n's response of turn t (its prompt is already in ``prompts[t][n]``)."""
