@@ -567,6 +567,39 @@ def test_bot_potential_leaves_success_and_the_judge_unchanged():
         BabyAITextEnv(potential="plan")
 
 
+@pytest.mark.parametrize("task", ["open", "putnext", "pick_up_seq_go_to"])
+def test_bot_start_begins_partway_along_the_plan_seeded_with_the_full_step_budget(task):
+    """bot_start=1: the same level as the plain reset (same seed), entered partway along the bot's plan, so the
+    bot needs fewer steps from there and still wins; the step count is back at 0, and the same seed gives the
+    same start. Over seeds some starts are past the first interaction (the key or the object carried, or a
+    sequence's first part done), where a fresh bot must plan from what is carried (before the fix in
+    _FullViewBot, it gave up there and every such state off its first path counted the step cap)."""
+    from verlog.envs.babyai_plan import bot_actions, remaining_instruction
+
+    plain, started = BabyAITextEnv(task), BabyAITextEnv(task, bot_start=1.0)
+    carried = 0
+    for seed in range(8):
+        plain.reset(seed=seed)
+        text, info = started.reset(seed=seed)
+        assert started.reset(seed=seed) == (text, info)
+        assert info["step_count"] == 0 and info["mission"] == plain.level.mission
+        whole, rest = bot_actions(plain.level, 200), bot_actions(started.level, 200)
+        assert 0 < len(rest) <= len(whole)
+        left = type(remaining_instruction(started.level.instrs)).__name__
+        carried += started.level.carrying is not None or left == "GoToInstr"  # seq: its bot drops at once
+        for action in rest:  # the bot finishes from the start it was handed
+            _, _, terminated, _, info = started.step(ACTIONS[action])
+        assert terminated and info["success"]
+    assert carried > 0
+
+
+def test_bot_start_is_a_share_of_episodes():
+    with pytest.raises(ValueError, match=r"bot_start=1.5 is a share of episodes: give a number in \[0, 1\]"):
+        BabyAITextEnv(bot_start=1.5)
+    env = BabyAITextEnv("goto", bot_start=0.0)
+    assert env.reset(seed=1) == BabyAITextEnv("goto").reset(seed=1)  # 0 draws nothing more
+
+
 def test_a_copy_plays_on_exactly_as_the_env_and_holds_one_level():
     """Deep copies (one per action per state with algo.branch_actions) drop the idle kinds' levels and share
     what play never changes, yet step and reset exactly as the original does."""

@@ -20,10 +20,10 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from minigrid.envs.babyai.core.verifier import AfterInstr, BeforeInstr
-from minigrid.utils.baby_ai_bot import BabyAIBot
+from minigrid.envs.babyai.core.verifier import AfterInstr, BeforeInstr, PutNextInstr
+from minigrid.utils.baby_ai_bot import BabyAIBot, DropSubgoal, GoNextToSubgoal, PickupSubgoal
 
-__all__ = ["PlanLengths", "remaining_instruction", "state_key"]
+__all__ = ["PlanLengths", "bot_actions", "remaining_instruction", "state_key"]
 
 
 def remaining_instruction(instrs: Any) -> Any:
@@ -63,9 +63,45 @@ class _FullViewBot(BabyAIBot):
     def __init__(self, mission: Any) -> None:
         super().__init__(mission)
         self.vis_mask[:] = True
+        self._plan_from_the_load()
+
+    def _plan_from_the_load(self) -> None:
+        """minigrid's bot plans from an episode's start, hands empty: from a state with something carried its
+        plan picks up what it already holds and gives up ("nothing left to explore"), so every such state off
+        the first plan's path counted the step cap. Carrying the object a PutNext moves, it goes straight on to
+        the fixed one; carrying anything else while a pick up is still to come, it first puts it down."""
+        level = self.mission.unwrapped
+        if level.carrying is None:
+            return
+        instrs = level.instrs
+        if isinstance(instrs, PutNextInstr) and any(level.carrying is o for o in instrs.desc_move.obj_set):
+            del self.stack[-2:]  # the stack, top last: [Drop, GoNextTo(fixed), Pickup, GoNextTo(moved)]
+        elif any(isinstance(subgoal, PickupSubgoal) for subgoal in self.stack):
+            self.stack.append(DropSubgoal(self))
+            self.stack.append(GoNextToSubgoal(self, self._find_drop_pos()))
 
     def _process_obs(self) -> None:  # minigrid's hook that marks the cells in view as seen: all are
         pass
+
+
+def bot_actions(level: Any, cap: int) -> list[int]:
+    """The actions the bot takes from ``level``'s state to the mission's success, played in a copy (the level is
+    left as it was); empty when it cannot finish within ``cap`` steps."""
+    twin = copy.deepcopy(level)
+    twin.instrs = remaining_instruction(twin.instrs)
+    bot = _FullViewBot(twin)
+    actions: list[int] = []
+    taken: int | None = None
+    for _ in range(cap):
+        try:
+            taken = int(bot.replan(taken))
+        except Exception:  # the bot's own asserts, as in PlanLengths.steps_left
+            return []
+        actions.append(taken)
+        _, reward, terminated, truncated, _ = twin.step(taken)
+        if terminated or truncated:
+            return actions if terminated and reward > 0 else []
+    return []
 
 
 class PlanLengths:
