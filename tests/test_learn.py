@@ -486,7 +486,7 @@ def test_each_kind_of_a_mix_is_played_as_many_episodes_as_asked(
 ) -> None:
     """The per-kind judge on a run trained one update: the initial model, the trained one and random each play
     the asked episodes of every kind, every episode of a kind's folder is of that kind, and a shaping reward
-    the run trained with is off in the judge (the game's own reward)."""
+    and BabyAI's bot_start the run trained with are off in the judge (the game's own reward and resets)."""
     torch = pytest.importorskip("torch")
     from verlog.config import load_config
     from verlog.models.tiny import build_tiny
@@ -502,7 +502,8 @@ def test_each_kind_of_a_mix_is_played_as_many_episodes_as_asked(
             f"run.output_dir={tmp_path}", "run.name=mix", "run.console=false", "run.torch_threads=1",
             "run.total_updates=1", "run.checkpoint_every=0", f"model.path={model}",
             "env.id=verlog/BabyAI-Mixed-v0", "env.num_envs=2", "env.memory=none", "env.memory_kwargs={}",
-            'env.kwargs={task = ["goto", "open"], room_size = 5, max_episode_steps = 3, shaping = 0.1}',
+            'env.kwargs={task = ["goto", "open"], room_size = 5, max_episode_steps = 3, shaping = 0.1, '
+            "bot_start = 0.5}",
             "prompt.format=action",
             "prompt.max_response_tokens=1", "ppo.turns_per_update=2", "ppo.num_minibatches=1",
             "ppo.micro_batch_tokens=1024", "ppo.critic_warmup_iters=0",
@@ -524,3 +525,4 @@ def test_each_kind_of_a_mix_is_played_as_many_episodes_as_asked(
             assert rows and {r["family"] for r in rows} == {f"verlog/BabyAI-Mixed-v0:{kind}"}
             settings = json.loads((folder / "settings.json").read_text())
             assert settings["env_kwargs"]["shaping"] == 0.0 and settings["env_kwargs"]["task"] == kind
+            assert settings["env_kwargs"]["bot_start"] == 0.0

@@ -131,13 +131,15 @@ def evaluate_agents(
     """The same seeded episodes played by the initial model, by the run's last checkpoint (sampled at the
     training temperature, with the run's prompts, memory and env settings), through ``verlog eval``, and by
     the random agent (kept under ``runs/random/``). ``env_kwargs`` replaces the run's (one kind of a mix), and
-    ``label`` names its evaluation folders (``eval-<agent>-<label>-seed<N>``). A shaping reward is training's
-    alone: the judge plays the game's own reward (``shaping`` 0), as the panel of a shaped preset does."""
+    ``label`` names its evaluation folders (``eval-<agent>-<label>-seed<N>``). A shaping reward and BabyAI's
+    ``bot_start`` are training's alone: the judge plays the game's own reward from its own resets (both 0), as
+    the panel of a shaped preset does."""
     from verlog.evaluation import evaluate
 
     kwargs = dict(config.env.kwargs if env_kwargs is None else env_kwargs)
-    if kwargs.get("shaping"):
-        kwargs["shaping"] = 0.0
+    for training_only in ("shaping", "bot_start"):
+        if kwargs.get(training_only):
+            kwargs[training_only] = 0.0
     common = {
         "suite": config.env.id,
         "episodes": episodes,

@@ -31,7 +31,7 @@ from minigrid.envs.babyai.core.verifier import (
     PutNextInstr,
 )
 
-from verlog.envs.babyai_plan import PlanLengths
+from verlog.envs.babyai_plan import PlanLengths, bot_actions
 from verlog.envs.base import TextEnv, deepcopy_sharing
 from verlog.envs.registration import BABYAI_TASKS
 
@@ -252,6 +252,13 @@ class BabyAITextEnv(TextEnv):
             to the mission's success, the whole grid known to it (:mod:`verlog.envs.babyai_plan`; a state it
             cannot finish from, or a failed mission, counts the level's step cap). Milliseconds a new state;
             each state's count is kept for the episode, shared with the env's copies.
+        bot_start: for training only, the share of episodes that start partway along the bot's plan: the
+            reset plays the first k of the bot's actions to success (k drawn uniformly below the plan's length,
+            from the env's seeded generator), then hands the level over with its step count at 0. A reverse
+            curriculum (Salimans and Chen 2018, learning from one demonstration's states): the interactions at
+            a plan's end (open's toggle with the key carried, putnext's drop) are reached in training before the
+            policy can walk there itself. 0 (the default) starts every episode at minigrid's reset; the judge
+            plays 0.
         invalid_action_penalty, invalid_action_feedback, strict_parsing, render_mode: see
             :class:`~verlog.envs.base.TextEnv`; ``render_mode`` may also be ``"rgb_array"`` (the full grid).
 
@@ -318,9 +325,12 @@ class BabyAITextEnv(TextEnv):
         offered_actions: Sequence[str] | None = None,
         shaping: float = 0.0,
         potential: str = "distance",
+        bot_start: float = 0.0,
     ) -> None:
         if potential not in POTENTIALS:
             raise ValueError(f"potential={potential!r}: choose one of {POTENTIALS}")
+        if not 0.0 <= bot_start <= 1.0:
+            raise ValueError(f"bot_start={bot_start!r} is a share of episodes: give a number in [0, 1]")
         super().__init__(
             invalid_action_penalty=invalid_action_penalty,
             invalid_action_feedback=invalid_action_feedback,
@@ -355,6 +365,7 @@ class BabyAITextEnv(TextEnv):
         self._failed = False
         self._prompt = ""
         self.potential = potential
+        self.bot_start = float(bot_start)
         self._plan_lengths = PlanLengths()
 
     def _copied_state(self) -> Mapping[str, Any]:
@@ -387,7 +398,19 @@ class BabyAITextEnv(TextEnv):
         self._failed = False
         self._plan_lengths.clear()
         self._prompt = _instruction_prompt(self._level.mission, self.offered_actions)
+        if self.bot_start and self.np_random.random() < self.bot_start:
+            obs = self._start_along_the_plan(self._level)
         return describe_view(obs["image"], self._level.carrying), self._game_info()
+
+    def _start_along_the_plan(self, level: MixedTrainLocalLevel) -> dict[str, Any]:
+        """Play the first k of the bot's actions (k uniform below its plan's length) and restart the step
+        count; the level's own verifier follows them, so a sequence's done first part stays done."""
+        plan = bot_actions(level, level.max_steps)
+        obs = level.gen_obs()
+        for action in plan[: int(self.np_random.integers(len(plan)))] if plan else ():
+            obs, _, _, _, _ = level.step(action)
+        level.step_count = 0
+        return obs
 
     def _draw_task(self) -> str:
         """The task kind of a new episode, drawn from ``self.np_random`` when there is a choice."""
