@@ -231,6 +231,11 @@ _ACTION_HELP = (
 )
 
 
+#: ``bot_start``: the actions a start is placed before, and how many steps before it at most.
+_INTERACTIONS = ("pick up", "drop", "toggle")
+_STEPS_BEFORE = 3
+
+
 class BabyAITextEnv(TextEnv):
     """BabyAI MixedTrainLocal with BALROG's text observations and actions.
 
@@ -252,13 +257,14 @@ class BabyAITextEnv(TextEnv):
             to the mission's success, the whole grid known to it (:mod:`verlog.envs.babyai_plan`; a state it
             cannot finish from, or a failed mission, counts the level's step cap). Milliseconds a new state;
             each state's count is kept for the episode, shared with the env's copies.
-        bot_start: for training only, the share of episodes that start partway along the bot's plan: the
-            reset plays the first k of the bot's actions to success (k drawn uniformly below the plan's length,
-            from the env's seeded generator), then hands the level over with its step count at 0. A reverse
-            curriculum (Salimans and Chen 2018, learning from one demonstration's states): the interactions at
-            a plan's end (open's toggle with the key carried, putnext's drop) are reached in training before the
-            policy can walk there itself. 0 (the default) starts every episode at minigrid's reset; the judge
-            plays 0.
+        bot_start: for training only, the share of episodes that start partway along the bot's plan, near
+            one of its interactions: the reset picks one of the plan's pick up, drop and toggle steps and plays
+            the bot's actions up to 0-3 steps before it (anywhere along the plan when it has none, as GoTo's),
+            drawn from the env's seeded generator, then hands the level over with its step count at 0. A reverse
+            curriculum (Salimans and Chen 2018, learning from one demonstration's states): the few states where
+            an interaction is the best move (open's toggle, with the key carried; putnext's drop) come up in
+            training before the policy can walk there itself. 0 (the default) starts every episode at minigrid's
+            reset; the judge plays 0.
         invalid_action_penalty, invalid_action_feedback, strict_parsing, render_mode: see
             :class:`~verlog.envs.base.TextEnv`; ``render_mode`` may also be ``"rgb_array"`` (the full grid).
 
@@ -403,11 +409,20 @@ class BabyAITextEnv(TextEnv):
         return describe_view(obs["image"], self._level.carrying), self._game_info()
 
     def _start_along_the_plan(self, level: MixedTrainLocalLevel) -> dict[str, Any]:
-        """Play the first k of the bot's actions (k uniform below its plan's length) and restart the step
-        count; the level's own verifier follows them, so a sequence's done first part stays done."""
+        """Play the bot's actions up to 0-3 steps before one of its plan's interactions (any step of a plan
+        without one) and restart the step count; the level's own verifier follows them, so a sequence's done
+        first part stays done."""
         plan = bot_actions(level, level.max_steps)
         obs = level.gen_obs()
-        for action in plan[: int(self.np_random.integers(len(plan)))] if plan else ():
+        if not plan:
+            return obs
+        interactions = [t for t, action in enumerate(plan) if self.actions[action] in _INTERACTIONS]
+        if interactions:
+            at = interactions[int(self.np_random.integers(len(interactions)))]
+            k = max(0, at - int(self.np_random.integers(_STEPS_BEFORE + 1)))
+        else:
+            k = int(self.np_random.integers(len(plan)))
+        for action in plan[:k]:
             obs, _, _, _, _ = level.step(action)
         level.step_count = 0
         return obs
