@@ -365,9 +365,12 @@ def test_make_batches_gives_each_env_its_branch_columns(words_model_path: Path) 
                 "ppo.reuse_sampler_logprobs=false",
                 "algo.branch_balance=0.5",
             ],
-            "fix: algo.branch_weight=best, or algo.branch_balance=0",
+            "weighs best moves (fix: branch_weight=best, power >= 0)",
         ),  # fmt: skip
-        (['algo.advantage="grpo"', "algo.branch_balance=-1"], "is negative (fix: 0 for none, 0.5 or 1)"),
+        (
+            ['algo.advantage="grpo"', "algo.branch_balance=-1"],
+            "weighs best moves (fix: branch_weight=best, power >= 0)",
+        ),
         (
             ['algo.advantage="grpo"', "algo.group_size=1", "algo.late_windows=2"],
             "fix: algo.branch_actions=true algo.group_size=1",

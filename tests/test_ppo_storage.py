@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from verlog.ppo.advantages import gae_advantages, whiten
+from verlog.ppo.gae import gae_advantages, whiten
 from verlog.ppo.storage import TurnStorage, pack_by_tokens
 
 PAD = 0

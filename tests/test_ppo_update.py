@@ -13,9 +13,9 @@ from toy_env import TOY_ID
 from verlog.config import PPOConfig
 from verlog.models.loading import load_models
 from verlog.models.tiny import build_tiny
-from verlog.ppo.advantages import gae_advantages
 from verlog.ppo.build import Models
 from verlog.ppo.forward import actor_logprobs
+from verlog.ppo.gae import gae_advantages
 from verlog.ppo.scoring import score
 from verlog.ppo.storage import TurnStorage
 from verlog.ppo.update import policy_loss, ppo_update, value_loss

@@ -31,7 +31,7 @@ from minigrid.envs.babyai.core.verifier import (
     PutNextInstr,
 )
 
-from verlog.envs.babyai_plan import PlanLengths, bot_actions
+from verlog.envs.babyai_plan import PlanLengths, start_near_an_interaction
 from verlog.envs.base import TextEnv, deepcopy_sharing
 from verlog.envs.registration import BABYAI_TASKS
 
@@ -231,11 +231,6 @@ _ACTION_HELP = (
 )
 
 
-#: ``bot_start``: the actions a start is placed before, and how many steps before it at most.
-_INTERACTIONS = ("pick up", "drop", "toggle")
-_STEPS_BEFORE = 3
-
-
 class BabyAITextEnv(TextEnv):
     """BabyAI MixedTrainLocal with BALROG's text observations and actions.
 
@@ -405,27 +400,8 @@ class BabyAITextEnv(TextEnv):
         self._plan_lengths.clear()
         self._prompt = _instruction_prompt(self._level.mission, self.offered_actions)
         if self.bot_start and self.np_random.random() < self.bot_start:
-            obs = self._start_along_the_plan(self._level)
+            obs = start_near_an_interaction(self._level, self.np_random)
         return describe_view(obs["image"], self._level.carrying), self._game_info()
-
-    def _start_along_the_plan(self, level: MixedTrainLocalLevel) -> dict[str, Any]:
-        """Play the bot's actions up to 0-3 steps before one of its plan's interactions (any step of a plan
-        without one) and restart the step count; the level's own verifier follows them, so a sequence's done
-        first part stays done."""
-        plan = bot_actions(level, level.max_steps)
-        obs = level.gen_obs()
-        if not plan:
-            return obs
-        interactions = [t for t, action in enumerate(plan) if self.actions[action] in _INTERACTIONS]
-        if interactions:
-            at = interactions[int(self.np_random.integers(len(interactions)))]
-            k = max(0, at - int(self.np_random.integers(_STEPS_BEFORE + 1)))
-        else:
-            k = int(self.np_random.integers(len(plan)))
-        for action in plan[:k]:
-            obs, _, _, _, _ = level.step(action)
-        level.step_count = 0
-        return obs
 
     def _draw_task(self) -> str:
         """The task kind of a new episode, drawn from ``self.np_random`` when there is a choice."""

@@ -20,10 +20,11 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import numpy as np
 from minigrid.envs.babyai.core.verifier import AfterInstr, BeforeInstr, PutNextInstr
 from minigrid.utils.baby_ai_bot import BabyAIBot, DropSubgoal, GoNextToSubgoal, PickupSubgoal
 
-__all__ = ["PlanLengths", "bot_actions", "remaining_instruction", "state_key"]
+__all__ = ["PlanLengths", "bot_actions", "remaining_instruction", "start_near_an_interaction", "state_key"]
 
 
 def remaining_instruction(instrs: Any) -> Any:
@@ -102,6 +103,32 @@ def bot_actions(level: Any, cap: int) -> list[int]:
         if terminated or truncated:
             return actions if terminated and reward > 0 else []
     return []
+
+
+#: ``bot_start``: minigrid's action ints a start is placed before (pick up, drop, toggle), and how many steps
+#: before one at most.
+INTERACTIONS = (3, 4, 5)
+STEPS_BEFORE = 3
+
+
+def start_near_an_interaction(level: Any, rng: np.random.Generator) -> dict[str, Any]:
+    """``bot_start``'s reset: play the bot's actions up to 0-3 steps before one of its plan's interactions (any
+    step of a plan without one, as GoTo's), drawn from ``rng``, and restart the step count; the level's own
+    verifier follows them, so a sequence's done first part stays done. Returns the level's observation."""
+    plan = bot_actions(level, level.max_steps)
+    obs = level.gen_obs()
+    if not plan:
+        return obs
+    interactions = [t for t, action in enumerate(plan) if action in INTERACTIONS]
+    if interactions:
+        at = interactions[int(rng.integers(len(interactions)))]
+        k = max(0, at - int(rng.integers(STEPS_BEFORE + 1)))
+    else:
+        k = int(rng.integers(len(plan)))
+    for action in plan[:k]:
+        obs, _, _, _, _ = level.step(action)
+    level.step_count = 0
+    return obs
 
 
 class PlanLengths:

@@ -53,17 +53,15 @@ scoring; :func:`compute_advantages` computes the same advantages later from the 
 
 from __future__ import annotations
 
-import functools
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from torch import Tensor
 
 from verlog.config import AlgoConfig, Config
-from verlog.ppo.gae import discounted_reverse_cumsum, dual_discount_gae
+from verlog.ppo.gae import AllReduce, discounted_reverse_cumsum, gae_advantages
 from verlog.ppo.storage import GroupStorage, TurnStorage
 
 __all__ = [
@@ -78,14 +76,10 @@ __all__ = [
     "compute_advantages",
     "discounted_returns",
     "episode_advantages",
-    "gae_advantages",
     "group_advantages",
     "group_signal",
     "token_advantages",
-    "whiten",
 ]
-
-AllReduce = Callable[[Tensor], Tensor]
 
 
 # ------------------------------------------------------------------ the one entry point
@@ -118,79 +112,6 @@ def compute_advantages(
 
 
 # ------------------------------------------------------------------ "gae": dual-discount GAE with the critic
-def masked_moments(x: Tensor, mask: Tensor, all_reduce: AllReduce | None = None) -> tuple[float, float]:
-    """Mean and unbiased variance of ``x`` over the entries where ``mask`` is 1; ``all_reduce`` sums a tensor
-    over processes, so several processes get the same statistics."""
-    stats = torch.stack([(x * mask).sum(), (x * x * mask).sum(), mask.sum()]).double()
-    if all_reduce is not None:
-        stats = all_reduce(stats)
-    total, total_sq, count = stats.tolist()
-    mean = total / max(count, 1.0)
-    return mean, max((total_sq - count * mean * mean) / max(count - 1.0, 1.0), 0.0)
-
-
-def whiten(
-    x: Tensor, mask: Tensor, all_reduce: AllReduce | None = None, moments: tuple[float, float] | None = None
-) -> Tensor:
-    """(x - mean) / sqrt(var + 1e-8) over the entries where ``mask`` is 1 (:func:`masked_moments`, unless
-    given); 0 elsewhere."""
-    mean, var = masked_moments(x, mask, all_reduce) if moments is None else moments
-    return (x - mean) * torch.rsqrt(torch.tensor(var + 1e-8, dtype=x.dtype)) * mask
-
-
-def gae_advantages(
-    storage: TurnStorage,
-    *,
-    turn_gamma: float,
-    turn_lam: float,
-    token_gamma: float,
-    token_lam: float,
-    kl_coef: float = 0.0,
-    all_reduce: AllReduce | None = None,
-    window_bootstrap: bool = True,
-    whiten_advantages: bool = True,
-    critic_lam: float | None = None,
-) -> float:
-    """Dual-discount GAE over a turn batch: ``storage.returns`` are the critic targets, ``storage.advantages``
-    are whitened (unless ``whiten_advantages=False``); returns the advantages' std before any whitening.
-
-    ``values``, ``token_values``, ``truncated_values``, ``old_logprobs`` (and ``ref_logprobs`` when
-    ``kl_coef > 0``) must be scored first. The value after a turn is ``V_{t+1,0}`` while the episode goes on,
-    ``V(final_obs)`` after a time-limit cut (``bad_masks``) and 0 after a real end (``masks``).
-    ``window_bootstrap=False`` takes the value after the batch's last turn as 0 for an episode still running
-    there (the cut that ablations compare against). ``critic_lam`` (None: ``turn_lam``) is the turn lambda of the
-    critic's targets alone, decoupled from the policy's (VAPO: 1.0, the actual discounted returns).
-    """
-    s = storage
-    next_values = s.masks[1:] * s.values[1:] + (1.0 - s.bad_masks[1:]) * s.truncated_values
-    if not window_bootstrap:
-        next_values = next_values.clone()
-        next_values[-1] -= s.masks[-1] * s.values[-1]
-    token_rewards = None
-    if kl_coef > 0:
-        token_rewards = -kl_coef * (s.old_logprobs - s.ref_logprobs) * s.response_mask
-    gae = functools.partial(
-        dual_discount_gae,
-        s.rewards,
-        s.token_values,
-        s.response_mask,
-        next_values,
-        s.masks[1:],
-        turn_gamma=turn_gamma,
-        token_gamma=token_gamma,
-        token_lam=token_lam,
-        token_rewards=token_rewards,
-    )
-    advantages, returns = gae(turn_lam=turn_lam)
-    if critic_lam is not None and critic_lam != turn_lam:  # the critic's targets on their own lambda
-        _, returns = gae(turn_lam=critic_lam)
-    s.returns = returns.float()
-    advantages, mask = advantages.float(), s.response_mask
-    moments = masked_moments(advantages, mask, all_reduce)
-    s.advantages = whiten(advantages, mask, moments=moments) if whiten_advantages else advantages * mask
-    return moments[1] ** 0.5
-
-
 def _gae(
     storage: TurnStorage, config: Config, *, all_reduce: AllReduce | None, kl_coef: float
 ) -> dict[str, float]:

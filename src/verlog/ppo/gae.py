@@ -1,5 +1,8 @@
-r"""Dual-discount GAE, the ``"gae"`` estimator of :mod:`verlog.ppo.advantages`: Verlog's turn-level advantage, computed for a whole ``[T, N, R]`` batch at
-once. Notation. Turn ``t`` of env ``n`` has ``L = L_{t,n} >= 1`` response tokens ``y_0 .. y_{L-1}`` (a prefix of the
+r"""Dual-discount GAE, the ``"gae"`` estimator of :mod:`verlog.ppo.advantages`: Verlog's turn-level advantage,
+computed for a whole ``[T, N, R]`` batch at once, and over a scored :class:`~verlog.ppo.storage.TurnStorage`
+(:func:`gae_advantages`: the critic's targets and the whitened advantages).
+
+Notation. Turn ``t`` of env ``n`` has ``L = L_{t,n} >= 1`` response tokens ``y_0 .. y_{L-1}`` (a prefix of the
 ``R`` columns; the rest is padding). ``V_{t,k}`` is the critic's value just before token ``k``, so
 ``V_{t,0}`` is the value of the turn's state (its prompt). Rewards per token::
 
@@ -41,11 +44,27 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
+from torch import Tensor
 
-__all__ = ["check_gae_inputs", "discounted_reverse_cumsum", "dual_discount_gae", "dual_discount_gae_loop"]
+if TYPE_CHECKING:
+    from verlog.ppo.storage import TurnStorage
+
+__all__ = [
+    "check_gae_inputs",
+    "discounted_reverse_cumsum",
+    "dual_discount_gae",
+    "dual_discount_gae_loop",
+    "gae_advantages",
+    "masked_moments",
+    "whiten",
+]
+
+#: Sums a tensor over processes (several processes' batches whitened with the same statistics).
+AllReduce = Callable[[Tensor], Tensor]
 
 
 def check_gae_inputs(
@@ -378,3 +397,77 @@ def dual_discount_gae_loop(
         torch.tensor(adv, dtype=dtype, device=device).reshape(T, N, R),
         torch.tensor(ret, dtype=dtype, device=device).reshape(T, N, R),
     )
+
+
+# ------------------------------------------------------------------ over a TurnStorage, whitened
+def masked_moments(x: Tensor, mask: Tensor, all_reduce: AllReduce | None = None) -> tuple[float, float]:
+    """Mean and unbiased variance of ``x`` over the entries where ``mask`` is 1; ``all_reduce`` sums a tensor
+    over processes, so several processes get the same statistics."""
+    stats = torch.stack([(x * mask).sum(), (x * x * mask).sum(), mask.sum()]).double()
+    if all_reduce is not None:
+        stats = all_reduce(stats)
+    total, total_sq, count = stats.tolist()
+    mean = total / max(count, 1.0)
+    return mean, max((total_sq - count * mean * mean) / max(count - 1.0, 1.0), 0.0)
+
+
+def whiten(
+    x: Tensor, mask: Tensor, all_reduce: AllReduce | None = None, moments: tuple[float, float] | None = None
+) -> Tensor:
+    """(x - mean) / sqrt(var + 1e-8) over the entries where ``mask`` is 1 (:func:`masked_moments`, unless
+    given); 0 elsewhere."""
+    mean, var = masked_moments(x, mask, all_reduce) if moments is None else moments
+    return (x - mean) * torch.rsqrt(torch.tensor(var + 1e-8, dtype=x.dtype)) * mask
+
+
+def gae_advantages(
+    storage: TurnStorage,
+    *,
+    turn_gamma: float,
+    turn_lam: float,
+    token_gamma: float,
+    token_lam: float,
+    kl_coef: float = 0.0,
+    all_reduce: AllReduce | None = None,
+    window_bootstrap: bool = True,
+    whiten_advantages: bool = True,
+    critic_lam: float | None = None,
+) -> float:
+    """Dual-discount GAE over a turn batch: ``storage.returns`` are the critic targets, ``storage.advantages``
+    are whitened (unless ``whiten_advantages=False``); returns the advantages' std before any whitening.
+
+    ``values``, ``token_values``, ``truncated_values``, ``old_logprobs`` (and ``ref_logprobs`` when
+    ``kl_coef > 0``) must be scored first. The value after a turn is ``V_{t+1,0}`` while the episode goes on,
+    ``V(final_obs)`` after a time-limit cut (``bad_masks``) and 0 after a real end (``masks``).
+    ``window_bootstrap=False`` takes the value after the batch's last turn as 0 for an episode still running
+    there (the cut that ablations compare against). ``critic_lam`` (None: ``turn_lam``) is the turn lambda of the
+    critic's targets alone, decoupled from the policy's (VAPO: 1.0, the actual discounted returns).
+    """
+    s = storage
+    next_values = s.masks[1:] * s.values[1:] + (1.0 - s.bad_masks[1:]) * s.truncated_values
+    if not window_bootstrap:
+        next_values = next_values.clone()
+        next_values[-1] -= s.masks[-1] * s.values[-1]
+    token_rewards = None
+    if kl_coef > 0:
+        token_rewards = -kl_coef * (s.old_logprobs - s.ref_logprobs) * s.response_mask
+    gae = functools.partial(
+        dual_discount_gae,
+        s.rewards,
+        s.token_values,
+        s.response_mask,
+        next_values,
+        s.masks[1:],
+        turn_gamma=turn_gamma,
+        token_gamma=token_gamma,
+        token_lam=token_lam,
+        token_rewards=token_rewards,
+    )
+    advantages, returns = gae(turn_lam=turn_lam)
+    if critic_lam is not None and critic_lam != turn_lam:  # the critic's targets on their own lambda
+        _, returns = gae(turn_lam=critic_lam)
+    s.returns = returns.float()
+    advantages, mask = advantages.float(), s.response_mask
+    moments = masked_moments(advantages, mask, all_reduce)
+    s.advantages = whiten(advantages, mask, moments=moments) if whiten_advantages else advantages * mask
+    return moments[1] ** 0.5

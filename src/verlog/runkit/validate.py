@@ -294,13 +294,8 @@ def _algo(config: Config) -> Iterator[str]:
         return
     if algo.branch_weight != "uniform" and not algo.branch_actions:  # the loader checks the name
         yield f"algo.branch_weight = {algo.branch_weight!r} weighs branches (fix: algo.branch_actions=true)"
-    if algo.branch_balance < 0:
-        yield f"algo.branch_balance = {algo.branch_balance} is negative (fix: 0 for none, 0.5 or 1)"
-    elif algo.branch_balance and algo.branch_weight != "best":
-        yield (
-            f"algo.branch_balance = {algo.branch_balance} weighs best moves, but algo.branch_weight = "
-            f"{algo.branch_weight!r} (fix: algo.branch_weight=best, or algo.branch_balance=0)"
-        )
+    if algo.branch_balance and (algo.branch_balance < 0 or algo.branch_weight != "best"):
+        yield f"algo.branch_balance = {algo.branch_balance} weighs best moves (fix: branch_weight=best, power >= 0)"
     if algo.critic:
         if algo.center_actions:
             yield 'algo.center_actions centres group advantages; a critic has none (fix: algo.advantage="gigpo")'
