@@ -14,8 +14,8 @@ nox.options.sessions = ["lint", "tests"]
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """The test suite (pytest); extra arguments go to pytest."""
-    session.run("python", "-m", "pytest", "-q", *session.posargs)
+    """The test suite (pytest), its files on two workers as README's command runs it; extra arguments go to pytest."""
+    session.run("python", "-m", "pytest", "-q", "-n", "2", "--dist", "loadfile", *session.posargs)
 
 
 @nox.session

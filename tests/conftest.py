@@ -1,4 +1,8 @@
-"""Suite-wide isolation: an in-process vLLM engine (``external_launcher``) initialises torch.distributed and sets
+"""Suite-wide settings. Under pytest-xdist (README's ``-n 2 --dist loadfile``: each test file on one worker) the
+cores are split between the workers, so two workers' torch threads do not fight over the same cores; the
+variable also reaches the processes a test launches.
+
+Suite-wide isolation: an in-process vLLM engine (``external_launcher``) initialises torch.distributed and sets
 the launch variables (RANK, MASTER_PORT, ...) in ``os.environ``. Left behind, they make a later module's engine
 fail ("not initialized in the world group map") and a later child process bind the same port (EADDRINUSE).
 After each test module, both are undone."""
@@ -10,6 +14,10 @@ import sys
 from collections.abc import Iterator
 
 import pytest
+
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1:
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // _WORKERS)))
 
 # TextWorld games are generated on first use (seconds each) and cached: the suite plays a pool of one per kind.
 os.environ.setdefault("VERLOG_TEXTWORLD_GAMES", "1")
