@@ -117,6 +117,27 @@ def test_a_start_refused_after_the_folder_was_made_leaves_no_folder_to_take_the_
     assert (out / "tiny-0001" / "console.log").is_file()
 
 
+def test_a_refused_start_whose_log_holds_only_library_notices_leaves_no_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A tiny model built during the start makes DeepSpeed log its accelerator line into the new folder's log:
+    that notice is not the run's, so the refused start still leaves no folder, and the notice goes to stderr.
+    A raw line (output of a step that started) keeps the folder."""
+    run = tmp_path / "tiny-0001"
+    run.mkdir()
+    notice = "2026-12-02 02:46:05,692 WARNING DeepSpeed: Setting accelerator to CPU.\n"
+    (run / "console.log").write_text(notice)
+    (run / "empty.txt").write_text("")
+    with pytest.raises(RuntimeError), discard_if_refused(run):
+        raise RuntimeError("refused")
+    assert not run.exists() and capsys.readouterr().err == notice
+    run.mkdir()
+    (run / "console.log").write_text(notice + "INFO 12-02 engine started\n")
+    with pytest.raises(RuntimeError), discard_if_refused(run):
+        raise RuntimeError("refused")
+    assert (run / "console.log").is_file()
+
+
 def test_every_problem_of_a_config_is_reported_at_once_each_with_its_fix() -> None:
     """A critic-free estimator on the tiny preset with two settings it cannot use: both in one go."""
     config = load_config(

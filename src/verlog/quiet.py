@@ -20,6 +20,7 @@ import atexit
 import contextlib
 import logging
 import os
+import re
 import sys
 import tempfile
 import warnings
@@ -33,6 +34,7 @@ __all__ = [
     "detail",
     "is_quiet",
     "native_output",
+    "only_notices",
     "quiet_console",
 ]
 
@@ -44,6 +46,8 @@ THIRD_PARTY = (
 )  # fmt: skip
 
 _FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+#: A line :data:`_FORMAT` writes (its first line, for a record of several).
+_RECORD_LINE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [A-Z]+ [^\s:]+: ")
 
 
 class _RunLogHandler(logging.Handler):
@@ -180,6 +184,15 @@ def attach_run_log(run_dir: str | Path, rank: int = 0, *, file_name: str = LOG_F
     path = Path(run_dir) / (file_name if rank == 0 else f"{Path(file_name).stem}.rank{rank}.log")
     _handler.open(path)
     return path
+
+
+def only_notices(path: Path) -> bool:
+    """Whether a run log holds nothing but single-line records (the libraries' notices, e.g. DeepSpeed's
+    accelerator line when a tiny model is first built, and verlog's detail lines): no raw output of a step that
+    started (an engine's), nothing a run got far enough to write. A missing file holds nothing."""
+    if not path.is_file():
+        return True
+    return all(_RECORD_LINE.match(line) for line in path.read_text(errors="replace").splitlines())
 
 
 def is_quiet() -> bool:

@@ -21,8 +21,11 @@ import json
 import os
 import re
 import shutil
+import sys
 from collections.abc import Iterator
 from pathlib import Path
+
+from verlog.quiet import only_notices
 
 __all__ = [
     "BEST_FILE",
@@ -122,16 +125,28 @@ def new_run_dir(output_dir: str | Path, name: str) -> Path:
 
 @contextlib.contextmanager
 def discard_if_refused(run_dir: str | Path, new: bool = True) -> Iterator[None]:
-    """Around a run's start: when it raises, a ``new`` run folder with nothing written in it yet (its log
-    still empty) is removed, so the run started again after the fix takes the same number; a folder with
-    anything in it stays, and the error goes on."""
+    """Around a run's start: when it raises, a ``new`` run folder with nothing written in it yet is removed,
+    so the run started again after the fix takes the same number; a folder with anything in it stays, and the
+    error goes on. Its log may hold the libraries' notices from loading (:func:`verlog.quiet.only_notices`):
+    that is not the run's, and it goes to stderr as the folder goes, as notices from before any folder do."""
     try:
         yield
     except BaseException:
         path = Path(run_dir)
-        if new and path.is_dir() and not any(p.is_dir() or p.stat().st_size for p in path.iterdir()):
+        if new and path.is_dir() and _nothing_of_the_run(path):
+            notices = "".join(p.read_text(errors="replace") for p in sorted(path.iterdir()))
             shutil.rmtree(path)
+            if notices:
+                print(notices, end="", file=sys.stderr)
         raise
+
+
+def _nothing_of_the_run(path: Path) -> bool:
+    """Only empty files or logs of notices: nothing a run wrote."""
+    return not any(
+        p.is_dir() or (p.stat().st_size and not (p.suffix == ".log" and only_notices(p)))
+        for p in path.iterdir()
+    )
 
 
 def resolve_run(path: str | os.PathLike[str]) -> Path:
