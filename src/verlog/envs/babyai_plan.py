@@ -18,9 +18,11 @@ deep copies (the branches' copies count into the same table), and emptied at eac
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
+from minigrid.core.actions import Actions
 from minigrid.envs.babyai.core.verifier import AfterInstr, BeforeInstr, PutNextInstr
 from minigrid.utils.baby_ai_bot import BabyAIBot, DropSubgoal, GoNextToSubgoal, PickupSubgoal
 
@@ -85,29 +87,36 @@ class _FullViewBot(BabyAIBot):
         pass
 
 
-def bot_actions(level: Any, cap: int) -> list[int]:
-    """The actions the bot takes from ``level``'s state to the mission's success, played in a copy (the level is
-    left as it was); empty when it cannot finish within ``cap`` steps."""
+def _bot_rollout(level: Any, cap: int) -> Iterator[tuple[int, Any, float, bool, bool]]:
+    """The bot playing what is left of ``level``'s mission in a copy (the level is left as it was), at most
+    ``cap`` steps: each step's action, the copy after it, its reward and whether it ended the episode. Stops
+    early where the bot's own asserts give up (e.g. an opened box it cannot account for)."""
     twin = copy.deepcopy(level)
-    twin.instrs = remaining_instruction(twin.instrs)
+    twin.instrs = remaining_instruction(twin.instrs)  # the twin succeeds when what is left is done
     bot = _FullViewBot(twin)
-    actions: list[int] = []
     taken: int | None = None
     for _ in range(cap):
         try:
             taken = int(bot.replan(taken))
-        except Exception:  # the bot's own asserts, as in PlanLengths.steps_left
-            return []
-        actions.append(taken)
+        except Exception:
+            return
         _, reward, terminated, truncated, _ = twin.step(taken)
+        yield taken, twin, float(reward), bool(terminated), bool(truncated)
+
+
+def bot_actions(level: Any, cap: int) -> list[int]:
+    """The actions the bot takes from ``level``'s state to the mission's success; empty when it cannot finish
+    within ``cap`` steps."""
+    actions: list[int] = []
+    for taken, _, reward, terminated, truncated in _bot_rollout(level, cap):
+        actions.append(taken)
         if terminated or truncated:
             return actions if terminated and reward > 0 else []
     return []
 
 
-#: ``bot_start``: minigrid's action ints a start is placed before (pick up, drop, toggle), and how many steps
-#: before one at most.
-INTERACTIONS = (3, 4, 5)
+#: ``bot_start``: the actions a start is placed before, and how many steps before one at most.
+INTERACTIONS = (Actions.pickup, Actions.drop, Actions.toggle)
 STEPS_BEFORE = 3
 
 
@@ -150,18 +159,9 @@ class PlanLengths:
         known = self._lengths.get(key)
         if known is not None:
             return known
-        twin = copy.deepcopy(level)
-        twin.instrs = remaining_instruction(twin.instrs)  # the twin succeeds when what is left is done
-        bot = _FullViewBot(twin)
         path = [key]
         value = cap
-        taken: int | None = None
-        for step in range(1, cap + 1):
-            try:
-                taken = int(bot.replan(taken))
-            except Exception:  # the bot's own asserts (e.g. an opened box it cannot account for)
-                break
-            _, reward, terminated, truncated, _ = twin.step(taken)
+        for step, (_, twin, reward, terminated, truncated) in enumerate(_bot_rollout(level, cap), start=1):
             if terminated or truncated:
                 value = step if terminated and reward > 0 else cap
                 break

@@ -71,6 +71,7 @@ __all__ = [
     "GroupAdvantages",
     "branch_advantages",
     "best_move_balance",
+    "best_move_mass",
     "branch_term",
     "center_by_action",
     "compute_advantages",
@@ -295,7 +296,7 @@ def branch_advantages(
     the policy's: summed, the gradient of the expected one-step reward. "best": ``weight / k`` on each of the k
     best moves, 0 on the others: the cross-entropy toward the best moves."""
     if mode == "best":
-        best = [r >= max(tried) - 1e-6 for r in tried]
+        best = _best_moves(tried)
         return [weight * b / sum(best) for b in best]
     rewards = [*tried] if invalid is None else [*tried, invalid]
     if mode == "uniform":
@@ -317,10 +318,7 @@ def best_move_balance(best: Sequence[Sequence[str]], power: float) -> dict[str, 
     state with k best moves), the mean over the actions that are ever best; scaled so the batch's total weight is
     unchanged. An interaction that is best in few states (BabyAI's toggle and drop) gets as much of the update as
     a move that is best in many when ``power`` is 1, and none more than today's when it is 0."""
-    mass: dict[str, float] = defaultdict(float)
-    for moves in best:
-        for action in moves:
-            mass[action] += 1.0 / len(moves)
+    mass = best_move_mass(best)
     if not mass:
         return {}
     mean = sum(mass.values()) / len(mass)
@@ -329,7 +327,17 @@ def best_move_balance(best: Sequence[Sequence[str]], power: float) -> dict[str, 
     return {action: scale * factor for action, factor in raw.items()}
 
 
+def best_move_mass(best: Sequence[Sequence[str]]) -> dict[str, float]:
+    """Per action, the batch's weight on it as a best move: ``1 / k`` from each state with k best moves."""
+    mass: dict[str, float] = defaultdict(float)
+    for moves in best:
+        for action in moves:
+            mass[action] += 1.0 / len(moves)
+    return mass
+
+
 def _best_moves(tried: Sequence[float]) -> list[bool]:
+    """Which of a state's branches earned its best reward (to float rounding)."""
     top = max(tried)
     return [r >= top - 1e-6 for r in tried]
 
@@ -352,7 +360,7 @@ def branch_term(
     """
     gains, on_best, best = [], [], []
     states = [(key, tried) for key, tried in storage.branch_rewards.items() if tried]
-    names = {key: storage.branch_names.get(key, tuple(map(str, range(len(tried))))) for key, tried in states}
+    names = storage.branch_names
     telling = [key for key, tried in states if max(tried) != min(tried)]
     best_sets = {
         key: [a for a, b in zip(names[key], _best_moves(storage.branch_rewards[key]), strict=True) if b]
@@ -378,14 +386,14 @@ def branch_term(
                     per_action[action].append(p)
         if valid:
             gains.append(played - float(np.mean(tried)))
-            best.append(played >= max(tried) - 1e-6)
+            best.append(played >= max(tried) - 1e-6)  # the played move as good as the best branch
     metrics = {
         "groups/branch_turns": float(sum(len(r) for r in storage.branch_rewards.values())),
         "groups/branch_gain": float(np.mean(gains)) if gains else 0.0,
         "groups/branch_best_share": float(np.mean(best)) if best else 0.0,
         "groups/branch_best_probability": float(np.mean(on_best)) if on_best else 0.0,
     }
-    mass = {a: sum(1.0 / len(m) for m in best_sets.values() if a in m) for a in per_action}
+    mass = best_move_mass(list(best_sets.values()))
     total = sum(mass.values())
     for action, chances in sorted(per_action.items()):
         key = action.replace(" ", "_")
