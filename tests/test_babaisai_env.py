@@ -238,6 +238,32 @@ def test_plan_potential_pays_each_step_the_change_in_the_plan_length() -> None:
         assert reward == pytest.approx(before - len(solve(env, optimal=True))), action
 
 
+def test_a_copy_plays_on_exactly_as_the_env_and_leaves_it_untouched() -> None:
+    """One-step branches copy the env at every state played: a copy shares the immutable board and state and
+    the observer's caches, yet steps, shapes and resets exactly as the original, and playing it on (rules
+    broken, objects pushed) changes nothing the original shows next."""
+    levels = ["goto_win-distr_obj", "two_room-maybe_break_stop-goto_win", "two_room-goto_win-distr_obj_rule"]
+    moves = ("up", "right", "right", "down", "left", "up", "up", "left", "down", "right")
+    for seed in range(6):
+        env = BabaIsAIEnv(levels=levels, shaping=0.25, potential="plan")
+        env.reset(seed=seed)
+        env.step("down")
+        twin = copy.deepcopy(env)
+        assert twin.board is env.board and twin.state is env.state
+        for move in moves:
+            assert twin.step(move) == env.step(move)
+        assert twin.reset(seed=50 + seed) == env.reset(seed=50 + seed)
+        twin = copy.deepcopy(env)
+        for move in moves * 3:
+            twin.step(move)
+        replayed = BabaIsAIEnv(levels=levels, shaping=0.25, potential="plan")  # no copy ever made of it
+        replayed.reset(seed=seed)
+        for move in ("down", *moves):
+            replayed.step(move)
+        replayed.reset(seed=50 + seed)
+        assert [env.step(move) for move in moves] == [replayed.step(move) for move in moves]
+
+
 def test_unknown_potential_is_refused_with_the_choices() -> None:
     with pytest.raises(ValueError, match=r"potential='steps'.*estimate.*plan"):
         BabaIsAIEnv(potential="steps")

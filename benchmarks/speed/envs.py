@@ -1,5 +1,7 @@
 """Environment throughput: each raw game, its text env, the text env in a history memory, and 4-env vector
-envs (sync and async), all driven by uniformly random valid actions; plus Crafter's median reset time.
+envs (sync and async), all driven by uniformly random valid actions; what one-step branches cost the env
+(``algo.branch_actions``: every offered action tried in a deep copy of each state played, with the shaping the
+branch presets train on); plus Crafter's median reset time.
 
     python -m benchmarks.speed.envs            # ~1 min; writes benchmarks/results/envs.json
     python -m benchmarks.speed.envs --quick    # ~20 s, shorter measurements
@@ -39,6 +41,11 @@ TEXT_OVER_RAW_TARGET = 0.8
 CRAFTER_RESET_MS_TARGET = 100.0
 NUM_VECTOR_ENVS = 4
 BABAISAI_FAMILY = "two_room-maybe_break_stop-goto_win"
+#: The env settings the branch presets train with (envs/learn_babyai_mix.toml, envs/learn_babaisai_mix.toml).
+BRANCH_KWARGS: dict[str, dict[str, Any]] = {
+    "BabyAI": {"shaping": 0.25, "potential": "bot"},
+    "BabaIsAI": {"shaping": 0.25, "potential": "plan"},
+}
 
 
 # ---------------------------------------------------------------------------------------------- raw games
@@ -244,6 +251,33 @@ def vector_steps_per_s(env_id: str, mode: str, seconds: float) -> float:
         envs.close()
 
 
+def branched_states_per_s(env_id: str, seconds: float, kwargs: dict[str, Any]) -> float | None:
+    """States played per second when each state's offered actions are first tried one by one in a deep copy
+    of the env (what ``algo.branch_actions`` adds to a played turn); None for a game whose env cannot be
+    copied (its game holds a live process)."""
+    import copy
+
+    env = gym.make(env_id, **kwargs).unwrapped
+    _, info = env.reset(seed=0)
+    names = list(info["valid_actions"])
+    rng = np.random.default_rng(0)
+    try:
+        copy.deepcopy(env)
+    except (TypeError, copy.Error, NotImplementedError):
+        env.close()
+        return None
+    played, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        for name in names:
+            copy.deepcopy(env).step(name)
+        _, _, terminated, truncated, _ = env.step(names[int(rng.integers(len(names)))])
+        played += 1
+        if terminated or truncated:
+            env.reset(seed=played)
+    env.close()
+    return played / (time.perf_counter() - start)
+
+
 def crafter_reset_ms(resets: int) -> dict[str, float]:
     env = gym.make("verlog/Crafter-v0")
     env.reset(seed=0)
@@ -283,7 +317,8 @@ def report(results: dict[str, Any], console: Console) -> None:
     table = Table(
         title=f"Env steps/s, {results['date']}, {machine['cpu_count']} CPUs, Python {machine['python']}",
         caption=f"targets: text/raw ≥ {TEXT_OVER_RAW_TARGET}; Crafter reset ≤ {CRAFTER_RESET_MS_TARGET:.0f} ms "
-        "(single envs: step time only; vector: sub-env steps/s with autoresets)",
+        "(single envs: step time only; vector: sub-env steps/s with autoresets; branched: states/s, each "
+        "offered action tried in a copy first)",
     )
     for column in (
         "game",
@@ -293,6 +328,7 @@ def report(results: dict[str, Any], console: Console) -> None:
         "+history",
         f"sync×{NUM_VECTOR_ENVS}",
         f"async×{NUM_VECTOR_ENVS}",
+        "branched",
     ):
         table.add_column(column, justify="right")
     for name, row in results["games"].items():
@@ -305,6 +341,7 @@ def report(results: dict[str, Any], console: Console) -> None:
             f"{row['history_steps_per_s']:,.0f}",
             f"{row['sync_steps_per_s']:,.0f}",
             f"{row['async_steps_per_s']:,.0f}",
+            "—" if row.get("branched_states_per_s") is None else f"{row['branched_states_per_s']:,.0f}",
         )
     console.print(table)
     reset = results.get("crafter_reset_ms")
@@ -350,6 +387,10 @@ def main(argv: list[str] | None = None) -> int:
             "history_steps_per_s": text_steps_per_s(game.env_id, seconds, memory="history"),
             "sync_steps_per_s": vector_steps_per_s(game.env_id, "sync", seconds),
             "async_steps_per_s": vector_steps_per_s(game.env_id, "async", seconds),
+            "branch_kwargs": BRANCH_KWARGS.get(game.name, {}),
+            "branched_states_per_s": branched_states_per_s(
+                game.env_id, seconds, BRANCH_KWARGS.get(game.name, {})
+            ),
         }
     if not chosen or "crafter" in chosen:
         console.print("[dim]Crafter resets...[/]")

@@ -165,10 +165,12 @@ class TextEnv(gym.Env[str, str], ABC):
 
     def __deepcopy__(self, memo: dict[int, Any]) -> TextEnv:
         """A copy that plays on exactly as this env does. What never changes in play is shared, not copied: the
-        two text spaces (their large charsets were half the cost of copying a BabyAI env) and whatever
-        :meth:`_shared_in_copies` names; one-step branches (``algo.branch_actions``) copy every state played.
-        The spaces' own sampling generator is shared with them."""
-        shared = (self.observation_space, self.action_space, *self._shared_in_copies())
+        two text spaces (their large charsets were half the cost of copying a BabyAI env), the spec, the
+        answer synonyms and whatever :meth:`_shared_in_copies` names; one-step branches
+        (``algo.branch_actions``) copy every state played. The spaces' own sampling generator is shared with
+        them."""
+        spaces = (self.observation_space, self.action_space)
+        shared = (*spaces, self.spec, self._synonyms, *self._shared_in_copies())
         return deepcopy_sharing(self, memo, shared, self._copied_state())
 
     def _shared_in_copies(self) -> Sequence[object]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from functools import lru_cache
 from typing import Any, ClassVar
 
 import numpy as np
@@ -15,6 +17,16 @@ from verlog.envs.babaisai.text import Observer
 from verlog.envs.base import TextEnv
 
 __all__ = ["INSTRUCTION", "POTENTIALS", "BabaIsAIEnv"]
+
+
+@lru_cache(maxsize=16_384)
+def _fast_plan_steps(board: Board, state: State, max_depth: int) -> int | None:
+    """The length of the solver's fast plan from ``state`` (None when it finds none), shared by every env
+    of the process: each state played is asked for again by the next step's "before", by the one-step
+    branch that made the same move, and by a walk that comes back to it (~16 MB when full)."""
+    plan = solve_state(board, state, max_depth, 5_000, optimal=False).actions
+    return None if plan is None else len(plan)
+
 
 #: What the shaping reward counts as the steps still needed (``BabaIsAIEnv(potential=...)``).
 POTENTIALS = ("estimate", "plan")
@@ -178,8 +190,6 @@ class BabaIsAIEnv(TextEnv):
         # Caches, rebuilt from board and state whenever they are missing or stale (see _apply).
         self._observer: Observer | None = None
         self._named_rules: tuple[Rules | None, tuple[tuple[str, str], ...]] = (None, ())
-        # (board, cells, value): the last state's plan length, which the next step's "before" asks for again
-        self._last_potential: tuple[Board, tuple[int, ...], int] | None = None
 
     # ------------------------------------------------------------------ hooks
     def _new_episode(self) -> tuple[str, dict[str, Any]]:
@@ -191,7 +201,6 @@ class BabaIsAIEnv(TextEnv):
         self.board, self.state, self.target_plan = generated.board, generated.state, generated.target_plan
         self.steps = 0
         self._won = False
-        self._last_potential = None
         self._observer = Observer(self.board, self.state, self.colors)
         return self._text(), self._game_info(None)
 
@@ -237,18 +246,17 @@ class BabaIsAIEnv(TextEnv):
         return min(estimate(self.board, self.state), cap)
 
     def _plan_length(self) -> int:
-        """Steps in the solver's fast plan from the current state (the ``"plan"`` potential), cached for the
-        last state: its "after" is the next step's "before", and each one-step branch's copy starts there."""
+        """Steps in the solver's fast plan from the current state (the ``"plan"`` potential), capped at twice
+        the board's width plus height (a state with no plan found costs that)."""
         assert self.board is not None and self.state is not None
-        cells = self.state.cells
-        last = self._last_potential
-        if last is not None and last[0] is self.board and last[1] == cells:
-            return last[2]
+        steps = _fast_plan_steps(self.board, self.state, self.max_steps)
         cap = 2 * (self.board.width + self.board.height)
-        plan = solve_state(self.board, self.state, self.max_steps, 5_000, optimal=False).actions
-        value = cap if plan is None else min(len(plan), cap)
-        self._last_potential = (self.board, cells, value)
-        return value
+        return cap if steps is None else min(steps, cap)
+
+    def _shared_in_copies(self) -> Sequence[object]:
+        """The board, the state and the named rules are immutable (a step makes a new state), so a copy
+        shares them; the observer's own copy shares its caches too (:meth:`Observer.__deepcopy__`)."""
+        return (self.board, self.state, self._named_rules)
 
     def _current_observer(self) -> Observer:
         """The observer of ``self.state``. A board or state set from outside, a colour switch or a clone from

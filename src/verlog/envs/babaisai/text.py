@@ -129,6 +129,18 @@ class Observer:
         self._prefix = ""
         self._priority: tuple[int, ...] = ()
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> Observer:
+        """A copy that observes on from the same state. What it holds is immutable (board, states, rules,
+        texts) or the line table every episode shares, so the copy shares it; only the three containers a
+        scan replaces or a text fills are copied. Deep-copying the line table was most of the cost of
+        copying a BabaIsAI env, which one-step branches do for every state played."""
+        clone = Observer.__new__(Observer)
+        memo[id(self)] = clone
+        for name in self.__slots__:
+            setattr(clone, name, getattr(self, name))
+        clone.you, clone._listed, clone._texts = list(self.you), list(self._listed), dict(self._texts)
+        return clone
+
     def step(self, action: int) -> Outcome:
         """:func:`~verlog.envs.babaisai.engine.step` from the state last observed, given its YOU cells."""
         if self.state is None:
