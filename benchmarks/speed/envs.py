@@ -14,6 +14,7 @@ Targets are printed next to the figures; nothing here asserts a time.
 from __future__ import annotations
 
 import argparse
+import copy
 import datetime
 import json
 import os
@@ -255,8 +256,6 @@ def branched_states_per_s(env_id: str, seconds: float, kwargs: dict[str, Any]) -
     """States played per second when each state's offered actions are first tried one by one in a deep copy
     of the env (what ``algo.branch_actions`` adds to a played turn); None for a game whose env cannot be
     copied (its game holds a live process)."""
-    import copy
-
     env = gym.make(env_id, **kwargs).unwrapped
     _, info = env.reset(seed=0)
     names = list(info["valid_actions"])
@@ -317,8 +316,7 @@ def report(results: dict[str, Any], console: Console) -> None:
     table = Table(
         title=f"Env steps/s, {results['date']}, {machine['cpu_count']} CPUs, Python {machine['python']}",
         caption=f"targets: text/raw ≥ {TEXT_OVER_RAW_TARGET}; Crafter reset ≤ {CRAFTER_RESET_MS_TARGET:.0f} ms "
-        "(single envs: step time only; vector: sub-env steps/s with autoresets; branched: states/s, each "
-        "offered action tried in a copy first)",
+        "(single envs: step time only; vector: sub-env steps/s with autoresets)",
     )
     for column in (
         "game",
@@ -328,7 +326,6 @@ def report(results: dict[str, Any], console: Console) -> None:
         "+history",
         f"sync×{NUM_VECTOR_ENVS}",
         f"async×{NUM_VECTOR_ENVS}",
-        "branched",
     ):
         table.add_column(column, justify="right")
     for name, row in results["games"].items():
@@ -341,9 +338,16 @@ def report(results: dict[str, Any], console: Console) -> None:
             f"{row['history_steps_per_s']:,.0f}",
             f"{row['sync_steps_per_s']:,.0f}",
             f"{row['async_steps_per_s']:,.0f}",
-            "—" if row.get("branched_states_per_s") is None else f"{row['branched_states_per_s']:,.0f}",
         )
     console.print(table)
+    branched = {name: row.get("branched_states_per_s") for name, row in results["games"].items()}
+    if any(value is not None for value in branched.values()):
+        figures = ", ".join(f"{name} {value:,.0f}" for name, value in branched.items() if value is not None)
+        uncopyable = ", ".join(name for name, value in branched.items() if value is None)
+        console.print(
+            f"One-step branches, states/s with each offered action tried in a copy first: {figures}"
+            + (f" ({uncopyable}: the env cannot be copied)" if uncopyable else "")
+        )
     reset = results.get("crafter_reset_ms")
     if reset is None:
         return
