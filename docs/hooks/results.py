@@ -1368,6 +1368,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "crafter_levers_achievements": lambda: crafter_achievements("learn_crafter_levers.json"),
     "babyai_mix": lambda: per_task("learn_babyai_mix.json"),
     "babaisai_mix": lambda: per_task("learn_babaisai_mix.json"),
+    "babaisai_mix_long": lambda: per_task("learn_babaisai_mix_long.json"),
     "verlog_table": verlog_table,
     "gpu_check": gpu_check,
     "gpu_check_summary": gpu_check_summary,
