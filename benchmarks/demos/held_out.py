@@ -24,12 +24,17 @@ from verlog.tomlconfig import toml_value
 __all__ = [
     "KIND_KWARGS",
     "TASK_EPISODES",
+    "TRAINING_ONLY",
+    "decoding_label",
+    "decoding_overrides",
     "evaluate_agents",
     "evaluate_tasks",
     "eval_figures",
     "judge_evaluation",
     "judge_tasks",
+    "judged_kwargs",
     "kind_kwargs",
+    "play_model",
     "play_random",
     "pooled",
     "task_kinds",
@@ -39,6 +44,8 @@ __all__ = [
 #: ``task`` (a kind, or a tuple to draw from per reset), BabaIsAI's ``levels`` (the families drawn per reset; a
 #: list of one is that family alone, drawn with no extra random number, so its levels are the family's own).
 KIND_KWARGS: dict[str, Callable[[str], Any]] = {"task": lambda kind: kind, "levels": lambda kind: [kind]}
+#: Env kwargs for training only, set to 0 in the judge: a shaping reward and the starts placed away from the reset.
+TRAINING_ONLY = ("shaping", "bot_start", "walk_start")
 #: Held-out episodes per task kind when a mix is judged (issue 57: at least 128 each).
 TASK_EPISODES = 128
 
@@ -125,35 +132,79 @@ def play_random(
     )
 
 
-def evaluate_agents(
-    config: Any, run_dir: Path, episodes: int, env_kwargs: Mapping[str, Any] | None = None, label: str = ""
-) -> dict[str, dict[str, float]]:
-    """The same seeded episodes played by the initial model, by the run's last checkpoint (sampled at the
-    training temperature, with the run's prompts, memory and env settings), through ``verlog eval``, and by
-    the random agent (kept under ``runs/random/``). ``env_kwargs`` replaces the run's (one kind of a mix), and
-    ``label`` names its evaluation folders (``eval-<agent>-<label>-seed<N>``). A shaping reward and BabyAI's
-    ``bot_start`` are training's alone: the judge plays the game's own reward from its own resets (both 0), as
-    the panel of a shaped preset does."""
-    from verlog.evaluation import evaluate
-
-    kwargs = dict(config.env.kwargs if env_kwargs is None else env_kwargs)
-    for training_only in ("shaping", "bot_start"):
+def judged_kwargs(env_kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """The env kwargs the judge plays: a shaping reward, BabyAI's ``bot_start`` and BabaIsAI's ``walk_start`` are
+    training's alone, so the judge plays the game's own reward from its own resets (all 0), as the panel of a
+    shaped preset does."""
+    kwargs = dict(env_kwargs)
+    for training_only in TRAINING_ONLY:
         if kwargs.get(training_only):
             kwargs[training_only] = 0.0
-    common = {
-        "suite": config.env.id,
-        "episodes": episodes,
-        "seed": EVAL_SEED,
-        "num_envs": config.env.num_envs,
-        "env_kwargs": kwargs,
-        "config": run_dir / CONFIG_FILE,
-        "sample": True,
-    }
+    return kwargs
+
+
+def decoding_overrides(temperature: float | None) -> tuple[bool, list[str]]:
+    """``(sample, overrides)`` for ``verlog eval`` at the judge's decoding: None samples at the run's training
+    temperature (as trained), 0 is greedy, anything else samples at that temperature."""
+    if temperature is None:
+        return True, []
+    if temperature < 0:
+        raise SystemExit(f"a judge temperature must be 0 (greedy) or positive, not {temperature:g}")
+    return (False, []) if temperature == 0 else (True, [f"sampling.temperature={temperature!r}"])
+
+
+def decoding_label(temperature: float | None) -> str:
+    """The evaluation folder's part that names a decoding other than the training one (``-t0.5``, ``-greedy``)."""
+    if temperature is None:
+        return ""
+    return "-greedy" if temperature == 0 else f"-t{temperature:g}"
+
+
+def play_model(
+    config: Any,
+    run_dir: Path,
+    name: str,
+    episodes: int,
+    env_kwargs: Mapping[str, Any],
+    label: str = "",
+    *,
+    seed: int = EVAL_SEED,
+    temperature: float | None = None,
+) -> dict[str, float]:
+    """One model of a run on ``episodes`` seeded episodes from ``seed`` through ``verlog eval``, with the run's
+    prompts, memory and env settings (``env_kwargs`` as given, already the judge's): ``name`` "initial" is the
+    model the run started from, "trained" its last checkpoint. Played into ``eval-<name>[-<label>]-seed<N>``
+    (with the decoding's label when ``temperature`` is not the training one), so a finished one is read back."""
+    from verlog.evaluation import evaluate
+
+    sample, overrides = decoding_overrides(temperature)
+    agent = {"initial": config.model.path, "trained": str(run_dir)}[name]
     part = f"-{label}" if label else ""
-    figures = {}
-    for name, agent in (("initial", config.model.path), ("trained", str(run_dir))):
-        summary = evaluate(agent, out=run_dir / f"eval-{name}{part}-seed{EVAL_SEED}", **common)
-        figures[name] = eval_figures(summary, config.env.id)
+    summary = evaluate(
+        agent, out=run_dir / f"eval-{name}{part}-seed{seed}{decoding_label(temperature)}", suite=config.env.id,
+        episodes=episodes, seed=seed, num_envs=config.env.num_envs, env_kwargs=dict(env_kwargs),
+        config=run_dir / CONFIG_FILE, sample=sample, overrides=overrides,
+    )  # fmt: skip
+    return eval_figures(summary, config.env.id)
+
+
+def evaluate_agents(
+    config: Any,
+    run_dir: Path,
+    episodes: int,
+    env_kwargs: Mapping[str, Any] | None = None,
+    label: str = "",
+    temperature: float | None = None,
+) -> dict[str, dict[str, float]]:
+    """The same seeded episodes played by the initial model, by the run's last checkpoint (both sampled at the
+    training temperature unless ``temperature`` names the judge's, 0 greedy: :func:`play_model`) and by the
+    random agent (kept under ``runs/random/``). ``env_kwargs`` replaces the run's (one kind of a mix), and
+    ``label`` names its evaluation folders; the judge plays :func:`judged_kwargs` of them."""
+    kwargs = judged_kwargs(config.env.kwargs if env_kwargs is None else env_kwargs)
+    figures = {
+        name: play_model(config, run_dir, name, episodes, kwargs, label, temperature=temperature)
+        for name in ("initial", "trained")
+    }
     figures["random"] = play_random(
         config.env.id, kwargs, config.env.memory, config.env.memory_kwargs, episodes, EVAL_SEED,
         config.env.num_envs,
@@ -162,12 +213,18 @@ def evaluate_agents(
 
 
 def evaluate_tasks(
-    config: Any, run_dir: Path, episodes: int, kinds: tuple[str, tuple[str, ...]]
+    config: Any,
+    run_dir: Path,
+    episodes: int,
+    kinds: tuple[str, tuple[str, ...]],
+    temperature: float | None = None,
 ) -> dict[str, dict[str, dict[str, float]]]:
     """:func:`evaluate_agents` on each kind of a mix (``kinds`` from :func:`task_kinds`), ``episodes`` each."""
     key, names = kinds
     return {
-        kind: evaluate_agents(config, run_dir, episodes, kind_kwargs(config.env.kwargs, key, kind), kind)
+        kind: evaluate_agents(
+            config, run_dir, episodes, kind_kwargs(config.env.kwargs, key, kind), kind, temperature
+        )
         for kind in names
     }
 

@@ -60,7 +60,7 @@ CRAFTER_JUDGED = ("return", "crafter_score")
 #: Crafter's figures reported with their gains, not judged.
 CRAFTER_REPORTED = ("progression",)
 #: The header fields that say how seeds were judged: entries judged otherwise are not counted beside a new one.
-JUDGE_KEYS = ("task", "episodes", "eval_seed", "pass_on", "z_required", "judged")
+JUDGE_KEYS = ("task", "episodes", "eval_seed", "judge_temperature", "pass_on", "z_required", "judged")
 #: How the Crafter files were judged again (written into them, so the step can be repeated).
 REJUDGE_COMMAND = "python -m benchmarks.demos.learn_crafter --rejudge FILE"
 

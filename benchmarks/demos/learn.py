@@ -37,6 +37,11 @@ one and random on it by three SEs of the difference. The entry keeps each kind's
 ``tasks`` and the kinds under ``tasks_passed`` / ``tasks_failed``; its ``initial``, ``trained`` and ``random`` are
 the kinds pooled (reported, not judged on), and the seed passes when the training windows and every kind do.
 ``--stem`` names the results file (``benchmarks/results/<stem>.json``), ``--seed`` the training seed.
+
+The judge samples both models at the run's training temperature. ``--judge-temperature T`` samples them at T
+instead (0: greedy), the same for the untrained and the trained model; the header records it, so seeds judged
+at another temperature are never counted beside them. Choose T on episodes the judge never plays
+(``python -m benchmarks.probes.judge_temperature``), not on the judged ones.
 """
 
 from __future__ import annotations
@@ -54,6 +59,7 @@ from typing import Any
 from benchmarks.common import RESULTS, ROOT, load_preset, locked, machine, update_records, window
 from benchmarks.demos.held_out import (
     TASK_EPISODES,
+    decoding_overrides,
     evaluate_agents,
     evaluate_tasks,
     judge_evaluation,
@@ -207,16 +213,19 @@ def header(
     eval_seed: int | None,
     stem: str = STEM,
     kinds: Sequence[str] = (),
+    judge_temperature: float | None = None,
 ) -> dict[str, Any]:
     """The results file's header: how its seeds were judged (:data:`benchmarks.demos.judge.JUDGE_KEYS`), so a
     run judged otherwise moves the earlier entries to ``earlier_runs``. A mix judged per kind names its kinds
-    in ``task`` (its ``episodes`` are per kind)."""
+    in ``task`` (its ``episodes`` are per kind); ``judge_temperature`` is the judge's decoding (None: each
+    model's training temperature, 0: greedy)."""
     task = {"env_id": config["env"]["id"], "env_kwargs": config["env"]["kwargs"]}
     return {
         "benchmark": stem,
         "task": {**task, "kinds": list(kinds)} if kinds else task,
         "episodes": episodes,
         "eval_seed": eval_seed,
+        "judge_temperature": judge_temperature,
         "z_required": Z_REQUIRED,
     }
 
@@ -246,13 +255,19 @@ def rejudge(entry: dict[str, Any]) -> dict[str, Any]:
 
 
 def _print_evaluation(
-    console: Any, evaluation: dict[str, dict[str, float]], judged: dict[str, Any], label: str = ""
+    console: Any,
+    evaluation: dict[str, dict[str, float]],
+    judged: dict[str, Any],
+    label: str = "",
+    temperature: float | None = None,
 ) -> None:
-    """Each agent's figures, the trained model's gains in SEs and the verdict (of task kind ``label``)."""
+    """Each agent's figures, the trained model's gains in SEs and the verdict (of task kind ``label``; the models
+    decoded at the judge's ``temperature``)."""
+    decoding = {None: " (sampled)", 0.0: " (greedy)"}.get(temperature, f" (sampled at {temperature:g})")
     for name, figures in evaluation.items():
         console.print(
             f"evaluation, {name} {'agent' if name == 'random' else 'model'}, {figures['episodes']} seeded "
-            f"episodes{'' if name == 'random' else ' (sampled)'}: success "
+            f"episodes{'' if name == 'random' else decoding}: success "
             f"[bold]{figures['success']:.3f} ± {figures['success_se']:.3f}[/bold], invalid actions "
             f"{figures['invalid_action_rate'] * 100:.1f}%"
         )
@@ -297,6 +312,14 @@ def _parser() -> argparse.ArgumentParser:
         help=f"afterwards, play N seeded episodes with the initial and the trained model and random, N of each "
         f"task kind when the env is a mix (default: {EVAL_EPISODES}, or {TASK_EPISODES} per kind; 0: skip, and "
         "judge on the training windows alone)",
+    )
+    parser.add_argument(
+        "--judge-temperature",
+        type=float,
+        default=None,
+        metavar="T",
+        help="the judge samples both models at T (0: greedy) instead of the run's training temperature; choose "
+        "T on episodes the judge never plays (benchmarks.probes.judge_temperature)",
     )
     parser.add_argument(
         "--rejudge",
@@ -398,18 +421,24 @@ def _print_windows(
 
 
 def _evaluate(
-    console: Any, config: Any, run_dir: Path, episodes: int, kinds: tuple[str, tuple[str, ...]] | None
+    console: Any,
+    config: Any,
+    run_dir: Path,
+    episodes: int,
+    kinds: tuple[str, tuple[str, ...]] | None,
+    temperature: float | None = None,
 ) -> Any:
     """The held-out evaluation, printed: the three agents on ``episodes`` seeded episodes, of each task kind
-    when the env is a mix (a dict of kind -> blocks), else of the task (its blocks)."""
+    when the env is a mix (a dict of kind -> blocks), else of the task (its blocks); the models decoded at the
+    judge's ``temperature`` (None: the training one)."""
     if kinds is None:
-        evaluation = evaluate_agents(config, run_dir, episodes)
-        _print_evaluation(console, evaluation, judge_evaluation(evaluation))
+        evaluation = evaluate_agents(config, run_dir, episodes, temperature=temperature)
+        _print_evaluation(console, evaluation, judge_evaluation(evaluation), temperature=temperature)
         return evaluation
     console.print(f"judging each of {len(kinds[1])} task kinds ({kinds[0]}) on {episodes} episodes")
-    evaluations = evaluate_tasks(config, run_dir, episodes, kinds)
+    evaluations = evaluate_tasks(config, run_dir, episodes, kinds, temperature)
     for kind, blocks in evaluations.items():
-        _print_evaluation(console, blocks, judge_evaluation(blocks), kind)
+        _print_evaluation(console, blocks, judge_evaluation(blocks), kind, temperature)
     return evaluations
 
 
@@ -417,6 +446,7 @@ def _evaluate(
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_intermixed_args(argv)
+    decoding_overrides(args.judge_temperature)  # a bad temperature stops here, before any training
     quiet_console()  # the libraries' notices go to the run's console.log, as in agents/ppo.py
 
     from rich.console import Console
@@ -436,7 +466,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     episodes = args.eval_episodes
     if episodes is None:
         episodes = TASK_EPISODES if kinds else EVAL_EPISODES
-    evaluation = _evaluate(console, config, run_dir, episodes, kinds) if episodes else None
+    temperature = args.judge_temperature
+    evaluation = _evaluate(console, config, run_dir, episodes, kinds, temperature) if episodes else None
 
     run = {
         "seed": config.run.seed,
@@ -449,7 +480,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "updates_s": sum(r.get("time/total") or 0.0 for r in records),
         "updates": len(records),
         "turns": int(records[-1].get("global_step", 0)),
-        **({"eval_seed": EVAL_SEED} if evaluation else {}),
+        **({"eval_seed": EVAL_SEED, "judge_temperature": temperature} if evaluation else {}),
         "curve": [
             {k: r.get(k) for k in ("update", "env/success", "charts/episodes", "env/invalid_action_rate")}
             for r in records
@@ -459,7 +490,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     entry = with_task_verdicts(run, result, evaluation) if per_task else with_verdict(run, result, evaluation)
     judged_on = header(
         run["config"], episodes if evaluation else 0, EVAL_SEED if evaluation else None, args.stem,
-        kinds[1] if per_task else (),
+        kinds[1] if per_task else (), temperature if evaluation else None,
     )  # fmt: skip
     results = record_seed(args.out, args.stem, entry, judged_on)
     title = f"PPO, tiny random model, {config.env.id.split('/')[-1]}: z = {result['z']:.1f}"
