@@ -274,6 +274,49 @@ def test_shaping_must_be_a_non_negative_weight() -> None:
         BabaIsAIEnv(shaping=-0.1)
 
 
+FOUR = ("goto_win-distr_obj", "two_room-goto_win", "two_room-goto_win-distr_obj_rule",
+        "two_room-maybe_break_stop-goto_win")  # fmt: skip
+
+
+def test_walk_start_hands_over_a_walked_state_of_the_same_level_with_the_full_step_budget() -> None:
+    """walk_start=1: the same level as the plain reset of that seed (family, rules, board), entered after a
+    random walk that never ended it nor changed a rule: the object that is YOU has moved on most resets, nothing is won, the step
+    count is 0 and the episode then runs its whole cap; the same seed walks the same way."""
+    moves = ("up", "right", "down", "left")
+    plain = BabaIsAIEnv(levels=FOUR, offered_actions=moves)
+    walked = BabaIsAIEnv(levels=FOUR, offered_actions=moves, walk_start=1.0, walk_steps=24, max_steps=5)
+    moved = 0
+    for seed in range(24):
+        text, info = plain.reset(seed=seed)
+        walked_text, walked_info = walked.reset(seed=seed)
+        assert walked_info["level"] == info["level"] and walked.board == plain.board
+        assert walked_info["rules"] == info["rules"]  # no rule made or broken on the way
+        assert walked_text == describe(walked.board, walked.state)  # the text is the walked state's
+        assert walked_info["steps"] == 0 and not walked_info["won"] and walked_info["end_reason"] is None
+        moved += walked.state != plain.state
+        assert walked.reset(seed=seed)[0] == walked_text
+        for step in range(1, 6):
+            *_, terminated, truncated, step_info = walked.step("idle")
+            assert not terminated and truncated == (step == 5)
+    assert moved >= 20
+
+
+def test_walk_start_at_zero_leaves_every_reset_as_it_was() -> None:
+    """The default draws nothing for the walk: a preset without it plays the very resets it played before."""
+    for seed in range(8):
+        assert (
+            BabaIsAIEnv(levels=FOUR, walk_start=0.0).reset(seed=seed)[0]
+            == BabaIsAIEnv(levels=FOUR).reset(seed=seed)[0]
+        )
+
+
+def test_walk_start_is_a_share_of_episodes_and_a_walk_has_a_step() -> None:
+    with pytest.raises(ValueError, match=r"walk_start=1.5 is a share of episodes: give a number in \[0, 1\]"):
+        BabaIsAIEnv(walk_start=1.5)
+    with pytest.raises(ValueError, match="walk_steps=0: a walk takes at least 1 step"):
+        BabaIsAIEnv(walk_start=0.5, walk_steps=0)
+
+
 def test_truncation_after_max_steps() -> None:
     env = BabaIsAIEnv(level="goto_win", max_steps=2)
     env.reset(seed=0)

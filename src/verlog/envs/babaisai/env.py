@@ -104,6 +104,14 @@ class BabaIsAIEnv(TextEnv):
             whose wall must be opened first. ``"plan"``: the length of the solver's fast plan from the state
             (A* by the estimate, a few hundred states at most, under a millisecond on BALROG's boards), capped at
             twice the width plus height where no plan exists; greedy on it wins ~100 % of every family.
+        walk_start: for training only, the share of episodes that start after a random walk: the reset plays
+            1 to ``walk_steps`` moves (uniform), each drawn from the offered moves that neither end the episode
+            nor change the rules (a move that would win, lose, leave nothing YOU or make or break a rule is never
+            taken: the level stays the one generated, only its pieces moved), from the env's seeded generator,
+            then hands the level over with its step count at 0. Exploring starts: a policy that wins most levels
+            early rarely trains on the states a long, wandering episode reaches, and those are where a judged
+            episode is lost. 0 (the default) starts every episode at the generated level; the judge plays 0.
+        walk_steps: the longest such walk.
         **kwargs: :class:`~verlog.envs.base.TextEnv` options (invalid-action policy, ``render_mode``).
 
     Observation: BALROG's text: ``Active rules:`` (one rule a line, ``baba is you``), then ``Objects on the
@@ -161,11 +169,17 @@ class BabaIsAIEnv(TextEnv):
         max_steps: int = 100,
         colors: bool = False,
         potential: str = "estimate",
+        walk_start: float = 0.0,
+        walk_steps: int = 32,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         if potential not in POTENTIALS:
             raise ValueError(f"potential={potential!r}: choose one of {POTENTIALS}")
+        if not 0.0 <= walk_start <= 1.0:
+            raise ValueError(f"walk_start={walk_start!r} is a share of episodes: give a number in [0, 1]")
+        if walk_steps < 1:
+            raise ValueError(f"walk_steps={walk_steps!r}: a walk takes at least 1 step")
         families = tuple(levels) if levels is not None else (level,)
         unknown = [f for f in families if f not in LEVELS]
         if unknown or not families:
@@ -176,6 +190,8 @@ class BabaIsAIEnv(TextEnv):
         self.max_steps = int(max_steps)
         self.colors = bool(colors)
         self.potential = potential
+        self.walk_start = float(walk_start)
+        self.walk_steps = int(walk_steps)
         self.level = families[0]
         # built once: the instruction goes into every step's info
         self._instruction_text = (
@@ -202,6 +218,11 @@ class BabaIsAIEnv(TextEnv):
         self.steps = 0
         self._won = False
         self._observer = Observer(self.board, self.state, self.colors)
+        if (
+            self.walk_start and rng.random() < self.walk_start
+        ):  # no draw at 0: the plain resets stay as they were
+            self._text()  # observe the generated state: a move steps from its YOU cells
+            self._random_walk(rng)
         return self._text(), self._game_info(None)
 
     def _apply(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
@@ -233,6 +254,24 @@ class BabaIsAIEnv(TextEnv):
         return 1.0 if self._won else 0.0
 
     # ------------------------------------------------------------------ helpers
+    def _random_walk(self, rng: np.random.Generator) -> None:
+        """``walk_start``'s walk: 1 to ``walk_steps`` moves, each the first of the offered moves in a random order
+        that neither ends the episode nor changes the rules; it stops early where every move would."""
+        moves = [ACTIONS.index(a) for a in self.offered_actions if a != "idle"]
+        for _ in range(int(rng.integers(1, self.walk_steps + 1))):
+            observer = self._current_observer()
+            for move in rng.permutation(moves):
+                out = observer.step(int(move))
+                if (
+                    not (out.won or out.lost or not out.alive)
+                    and out.state.rules.pairs == self.state.rules.pairs
+                ):
+                    self.state = out.state
+                    self._text()  # observe it: the next move steps from its YOU cells
+                    break
+            else:
+                return
+
     def _potential(self) -> int:
         """The shaping potential: the heuristic's steps-to-win estimate, capped at the board's width plus
         height (a lost or unplannable state costs the longest walk, not the heuristic's large sentinel); the cap
