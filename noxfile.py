@@ -335,6 +335,13 @@ def probe_plan_following(session: nox.Session) -> None:
 
 
 @nox.session
+def probe_judge_temperature(session: nox.Session) -> None:
+    """Which decoding temperature should the judge play trained runs at? Chosen on validation episodes (never the
+    judge's), per task kind, at 1, 0.5, 0.25 and greedy: the seeds of learn_babaisai_mix_long.json by default."""
+    session.run("python", "-m", "benchmarks.probes.judge_temperature", *session.posargs)
+
+
+@nox.session
 def probe_bot_following(session: nox.Session) -> None:
     """Where does a trained BabyAI policy leave the bot's path? Per kind on its own episodes: agreement with the
     bot's advice, each interaction answered where advised and elsewhere, wins by the bot's length, how losses end."""

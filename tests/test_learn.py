@@ -271,6 +271,10 @@ def test_the_tiny_demo_merges_each_seed_and_keeps_a_rerun_seeds_old_entry(tmp_pa
     elsewhere = judge.record_seed(tmp_path, "learn", run(3, 0.45), learn.header(config, 96, 10_000))
     assert [s["seed"] for s in elsewhere["seeds"]] == [3]  # other episodes: the seeds judged on 0 move aside
     assert {s["judge"]["eval_seed"] for s in elsewhere["earlier_runs"] if "judge" in s} == {0}
+    sharper = judge.record_seed(
+        tmp_path, "learn", run(4, 0.5), learn.header(config, 96, 10_000, judge_temperature=0.5)
+    )
+    assert [s["seed"] for s in sharper["seeds"]] == [4]  # judged at another temperature: seed 3 moves aside
 
 
 def _seed_entry(seed: int, passed: bool) -> dict:
@@ -463,8 +467,9 @@ def test_the_kinds_of_a_mix_are_read_from_its_env_and_fixed_one_at_a_time() -> N
     assert header["benchmark"] == "learn_mix" and header["task"]["kinds"] == list(BABYAI_TASKS)
     assert learn.header(goto.to_dict(), 96, 10_000) == {
         "benchmark": "learn", "task": {"env_id": goto.env.id, "env_kwargs": goto.env.kwargs}, "episodes": 96,
-        "eval_seed": 10_000, "z_required": 3.0,
+        "eval_seed": 10_000, "judge_temperature": None, "z_required": 3.0,
     }  # fmt: skip
+    assert learn.header(goto.to_dict(), 96, 10_000, judge_temperature=0.5)["judge_temperature"] == 0.5
 
 
 def test_the_mix_presets_are_judged_on_babyais_five_kinds_and_verlogs_four_families() -> None:
@@ -481,12 +486,20 @@ def test_the_mix_presets_are_judged_on_babyais_five_kinds_and_verlogs_four_famil
     assert len(paths) == 3 and babyai.model.build_tiny and baba.model.build_tiny
 
 
+def test_the_judge_plays_without_what_only_training_has() -> None:
+    """A shaping reward, BabyAI's bot_start and BabaIsAI's walk_start are set to 0 in the judge's env kwargs:
+    it plays the game's own reward from its own resets; every other kwarg stays as trained."""
+    trained = {"levels": ["goto_win"], "shaping": 0.25, "walk_start": 0.5, "walk_steps": 32, "bot_start": 0.3}
+    assert held_out.judged_kwargs(trained) == {**trained, "shaping": 0.0, "walk_start": 0.0, "bot_start": 0.0}
+
+
 def test_each_kind_of_a_mix_is_played_as_many_episodes_as_asked(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The per-kind judge on a run trained one update: the initial model, the trained one and random each play
     the asked episodes of every kind, every episode of a kind's folder is of that kind, and a shaping reward
-    and BabyAI's bot_start the run trained with are off in the judge (the game's own reward and resets)."""
+    and BabyAI's bot_start the run trained with are off in the judge (the game's own reward and resets); at a
+    judge temperature both models are decoded at it, and a negative one is refused."""
     torch = pytest.importorskip("torch")
     from verlog.config import load_config
     from verlog.models.tiny import build_tiny
@@ -526,3 +539,17 @@ def test_each_kind_of_a_mix_is_played_as_many_episodes_as_asked(
             settings = json.loads((folder / "settings.json").read_text())
             assert settings["env_kwargs"]["shaping"] == 0.0 and settings["env_kwargs"]["task"] == kind
             assert settings["env_kwargs"]["bot_start"] == 0.0
+    # --judge-temperature: both models decoded alike at the judge's temperature (0 greedy), in their own folders
+    goto = held_out.kind_kwargs(config.env.kwargs, "task", "goto")
+    for temperature, label, decoding in (
+        (0.5, "-t0.5", {"temperature": 0.5}),
+        (0.0, "-greedy", {"greedy": True}),
+    ):
+        figures = held_out.evaluate_agents(config, run_dir, 2, goto, "goto", temperature)
+        assert [figures[name]["episodes"] for name in ("initial", "trained", "random")] == [2, 2, 2]
+        for name in ("initial", "trained"):
+            folder = run_dir / f"eval-{name}-goto-seed{judge.EVAL_SEED}{label}"
+            agent = json.loads((folder / "settings.json").read_text())["agent"]
+            assert {k: agent.get(k) for k in decoding} == decoding
+    with pytest.raises(SystemExit, match="a judge temperature must be 0 .greedy. or positive, not -1"):
+        held_out.evaluate_agents(config, run_dir, 2, goto, "goto", -1.0)

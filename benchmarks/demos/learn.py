@@ -263,7 +263,13 @@ def _print_evaluation(
 ) -> None:
     """Each agent's figures, the trained model's gains in SEs and the verdict (of task kind ``label``; the models
     decoded at the judge's ``temperature``)."""
-    decoding = {None: " (sampled)", 0.0: " (greedy)"}.get(temperature, f" (sampled at {temperature:g})")
+    decoding = (
+        " (sampled)"
+        if temperature is None
+        else " (greedy)"
+        if temperature == 0
+        else f" (sampled at {temperature:g})"
+    )
     for name, figures in evaluation.items():
         console.print(
             f"evaluation, {name} {'agent' if name == 'random' else 'model'}, {figures['episodes']} seeded "
