@@ -840,6 +840,30 @@ def plan_following(name: str = "plan_following.json") -> str:
     return table(header, rows)
 
 
+def judge_temperature(name: str = "judge_temperature.json") -> str:
+    """Each probed run's trained model on validation episodes at each decoding temperature: the mean success over
+    the mix's kinds, its worst kind beside it, and the temperature chosen (``benchmarks/probes/judge_temperature.py``)."""
+    data = load(name)
+    runs = data.get("runs", {})
+    keys = list(next(iter(runs.values()))["temperatures"]) if runs else []
+    rows = []
+    for run, entry in runs.items():
+        cells = []
+        for key in keys:
+            t = entry["temperatures"][key]
+            worst = min(t["kinds"], key=lambda kind: t["kinds"][kind]["success"])
+            cells.append(f"{t['mean_success']:.3f} ({worst} {t['kinds'][worst]['success']:.2f})")
+        rows.append([f"{run} ({entry['episodes']} a kind from seed {entry['seed']:,})", *cells])
+    header = ["run", *("greedy" if float(k) == 0 else f"temperature {k}" for k in keys)]
+    choice = data.get("choice", {})
+    chosen = choice.get("chosen")
+    note = "" if chosen is None else (
+        f"\n\nMean success over the kinds (the worst kind in brackets); chosen: "
+        f"{'greedy' if chosen == 0 else f'temperature {chosen:g}'}, the best mean over {len(choice['runs'])} runs."
+    )  # fmt: skip
+    return table(header, rows) + note
+
+
 def bot_following(name: str = "bot_following.json") -> str:
     """Where each probed BabyAI policy leaves the bot's path, per kind: wins, agreement with the bot's moves, the
     kind's key interaction answered where the bot advises it and elsewhere, wins by the bot's solution length,
@@ -1369,6 +1393,8 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "babyai_mix": lambda: per_task("learn_babyai_mix.json"),
     "babaisai_mix": lambda: per_task("learn_babaisai_mix.json"),
     "babaisai_mix_long": lambda: per_task("learn_babaisai_mix_long.json"),
+    "babaisai_mix_walk": lambda: per_task("learn_babaisai_mix_walk.json"),
+    "judge_temperature": judge_temperature,
     "verlog_table": verlog_table,
     "gpu_check": gpu_check,
     "gpu_check_summary": gpu_check_summary,
