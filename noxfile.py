@@ -149,10 +149,11 @@ def learn_babyai_mix(session: nox.Session) -> None:
 
 @nox.session
 def learn_babaisai_mix(session: nox.Session) -> None:
-    """A tiny model on Verlog's four BabaIsAI families together, judged per family on 128 episodes each (-- --seed N)."""
+    """A tiny model on Verlog's four BabaIsAI families together, judged per family on 512 episodes each (-- --seed N):
+    random already wins 73 % of goto_win-distr_obj, where 128 episodes cannot tell a 10-point gain from chance."""
     session.run(
         "python", "-m", "benchmarks.demos.learn", "--config", "envs/learn_babaisai_mix.toml", "--stem",
-        "learn_babaisai_mix", "--budget-min", "60", *session.posargs,
+        "learn_babaisai_mix", "--budget-min", "60", "--eval-episodes", "512", *session.posargs,
     )  # fmt: skip
 
 

@@ -1013,14 +1013,15 @@ def _kind_rows(data: Mapping[str, Any]) -> list[list[str]]:
     return rows
 
 
-def _played_on(data: Mapping[str, Any]) -> str:
-    """The sentence that says what each kind's figures were played on and the rule a seed passes by."""
+def _played_on(data: Mapping[str, Any], episodes: str = "") -> str:
+    """The sentence that says what each kind's figures were played on and the rule a seed passes by;
+    ``episodes`` replaces the file's own count (a table of several games: each game's)."""
     if "episodes" not in data or "eval_seed" not in data:
         return ""
     return (
-        f"Each kind: {data['episodes']} held-out episodes (seeds from {data['eval_seed']:,}) played by random, the "
-        f"untrained and each seed's trained model; a seed passes a kind when its trained model beats both by "
-        f"{data.get('z_required', 3):g} SE of the difference. "
+        f"Each kind: {episodes or data['episodes']} held-out episodes (seeds from {data['eval_seed']:,}) played by "
+        f"random, the untrained and each seed's trained model; a seed passes a kind when its trained model beats "
+        f"both by {data.get('z_required', 3):g} SE of the difference. "
     )  # fmt: skip
 
 
@@ -1045,12 +1046,16 @@ MIXES: list[tuple[str, str]] = [("BabyAI", "learn_babyai_mix.json"), ("BabaIsAI"
 def verlog_table(mixes: Iterable[tuple[str, str]] = MIXES) -> str:
     """Every mix's kinds in one table shaped like Verlog's (README's: one table, one note, where
     :func:`per_task` gives each game its own on the results page)."""
-    rows, budgets, played_on = [], [], ""
+    rows, budgets, counts, first = [], [], [], None
     for game, name in mixes:
         data = load(name)
         rows += [[f"{game} {row[0]}", *row[1:]] for row in _kind_rows(data)]
         budgets.append(f"{game}: {_trained_as(seeds(data)).removeprefix('Here: ')}")
-        played_on = played_on or _played_on(data)
+        counts.append(f"{data.get('episodes')} ({game})")
+        first = first or data
+    # The games may be judged on different counts (BabaIsAI's 512: random wins most of one family).
+    episodes = "" if len({c.split(" ")[0] for c in counts}) <= 1 else ", ".join(counts)
+    played_on = _played_on(first, episodes) if first else ""
     return table(KIND_HEADER, rows) + f"\n\n{played_on}{' '.join(budgets)} {VERLOG_SETTING}"
 
 
@@ -1394,6 +1399,8 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "babaisai_mix": lambda: per_task("learn_babaisai_mix.json"),
     "babaisai_mix_long": lambda: per_task("learn_babaisai_mix_long.json"),
     "babaisai_mix_walk": lambda: per_task("learn_babaisai_mix_walk.json"),
+    "babaisai_mix_walk_512": lambda: per_task("learn_babaisai_mix_walk_512.json"),
+    "babaisai_mix_300": lambda: per_task("learn_babaisai_mix_300.json"),
     "judge_temperature": judge_temperature,
     "verlog_table": verlog_table,
     "gpu_check": gpu_check,
