@@ -14,7 +14,7 @@ import torch
 from verlog.config import ConfigError, load_config
 from verlog.models.loading import load_tokenizer
 from verlog.models.tiny import build_tiny
-from verlog.ppo.update import marker_ids, reading_loss, reading_targets
+from verlog.ppo.update import READING_TARGETS, average_parts, marker_ids, reading_loss, reading_targets
 from verlog.runkit.validate import validate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,6 +57,22 @@ def test_the_loss_leaves_the_answers_own_tokens_alone() -> None:
     )
     loss.backward()
     assert count.item() == 0.0 and torch.isfinite(everything.grad).all() and not everything.grad.any()
+
+
+def test_the_reading_figures_are_per_turn_with_a_target_not_per_answer_token() -> None:
+    """A real model's answers are several tokens ("Move West" and its end): the logged accuracy is the share of
+    targets named right, as the tiny model's one-token answers always gave, not that share over the tokens."""
+    sums = {
+        "losses/reading_loss": 3.0, "losses/reading_accuracy": 4.0, READING_TARGETS: 4.0,
+        "losses/policy_loss": 1.0, "losses/actor_grad_norm": 2.0,
+    }  # fmt: skip
+    metrics = average_parts(sums, steps=2, tokens=12.0)  # 4 turns of 3 answer tokens, each one read right
+    assert metrics["losses/reading_accuracy"] == 1.0 and metrics["losses/reading_loss"] == 0.75
+    assert metrics["losses/policy_loss"] == 1.0 / 12 and metrics["losses/actor_grad_norm"] == 1.0
+    assert READING_TARGETS not in metrics
+    assert average_parts({"losses/reading_accuracy": 0.0, READING_TARGETS: 0.0}, 1, 5.0) == {
+        "losses/reading_accuracy": 0.0
+    }  # no targets in the update: 0, not a division by zero
 
 
 def test_a_reading_run_logs_the_loss_and_learns_to_name_the_word(words: Path, tmp_path: Path) -> None:

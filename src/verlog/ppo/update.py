@@ -185,11 +185,33 @@ def ppo_update(
     actor.eval()
     for model in critics:
         model.eval()
-    for key, value in sums.items():
-        metrics[key] = value / steps if key.endswith("grad_norm") else value / max(tokens, 1.0)
+    metrics.update(average_parts(sums, steps, tokens))
     if train_actor:
         metrics["charts/entropy_coef"] = config.entropy_coef
     metrics.update({"losses/skipped_steps": float(skipped), "losses/optimizer_steps": float(steps)})
+    return metrics
+
+
+#: The reading loss's parts are sums over the turns that have a target, so they are averaged over those turns
+#: (a multi-token answer is one reading, not one per token); :data:`READING_TARGETS` counts them.
+READING_TARGETS = "losses/reading_targets"
+PER_READING_TARGET = ("losses/reading_loss", "losses/reading_accuracy")
+
+
+def average_parts(sums: dict[str, float], steps: int, tokens: float) -> dict[str, float]:
+    """The update's metrics from its optimizer steps' summed parts: gradient norms per step, the reading loss's
+    parts per turn with a reading target, every other part per response token."""
+    targets = sums.get(READING_TARGETS, 0.0)
+    metrics = {}
+    for key, value in sums.items():
+        if key == READING_TARGETS:
+            continue
+        if key.endswith("grad_norm"):
+            metrics[key] = value / max(steps, 1)
+        elif key in PER_READING_TARGET:
+            metrics[key] = value / max(targets, 1.0)
+        else:
+            metrics[key] = value / max(tokens, 1.0)
     return metrics
 
 
@@ -369,8 +391,8 @@ def _losses(
         return v_loss, pg_loss - bonus, parts
     targets = reading_targets(batch.input_ids, batch.prompt_len, marker)
     allowed = None if batch.allowed is None else batch.allowed[:, 0]
-    reading, correct, _ = reading_loss(first_logits, targets, mask[:, 0], allowed)
-    parts.update({"losses/reading_loss": reading, "losses/reading_accuracy": correct})
+    reading, correct, count = reading_loss(first_logits, targets, mask[:, 0], allowed)
+    parts.update({"losses/reading_loss": reading, "losses/reading_accuracy": correct, READING_TARGETS: count})
     return v_loss, pg_loss - bonus + config.reading_coef * reading, parts
 
 
