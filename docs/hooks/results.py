@@ -1046,15 +1046,15 @@ MIXES: list[tuple[str, str]] = [("BabyAI", "learn_babyai_mix.json"), ("BabaIsAI"
 def verlog_table(mixes: Iterable[tuple[str, str]] = MIXES) -> str:
     """Every mix's kinds in one table shaped like Verlog's (README's: one table, one note, where
     :func:`per_task` gives each game its own on the results page)."""
-    rows, budgets, counts, first = [], [], [], None
+    rows, budgets, counts, first = [], [], [], None  # counts: (game, its episodes a kind)
     for game, name in mixes:
         data = load(name)
         rows += [[f"{game} {row[0]}", *row[1:]] for row in _kind_rows(data)]
         budgets.append(f"{game}: {_trained_as(seeds(data)).removeprefix('Here: ')}")
-        counts.append(f"{data.get('episodes')} ({game})")
+        counts.append((game, data.get("episodes")))
         first = first or data
     # The games may be judged on different counts (BabaIsAI's 512: random wins most of one family).
-    episodes = "" if len({c.split(" ")[0] for c in counts}) <= 1 else ", ".join(counts)
+    episodes = "" if len({n for _, n in counts}) <= 1 else ", ".join(f"{n} ({game})" for game, n in counts)
     played_on = _played_on(first, episodes) if first else ""
     return table(KIND_HEADER, rows) + f"\n\n{played_on}{' '.join(budgets)} {VERLOG_SETTING}"
 
