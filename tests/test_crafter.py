@@ -16,7 +16,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 import verlog  # noqa: F401  (registers the ids)
 from verlog.envs.crafter import ACHIEVEMENTS, ACTIONS, CrafterTextEnv
-from verlog.envs.crafter_shaping import CRAFTERS_OWN, POTENTIAL_CAP, CrafterShaping
+from verlog.envs.crafter_shaping import CRAFTERS_OWN, POTENTIAL_CAP, PROXIMITY_RANGE, CrafterShaping
 
 VITALS = ("health", "food", "drink", "energy")
 LINE = re.compile(
@@ -495,6 +495,31 @@ def test_inventory_potential_pays_each_unit_as_it_comes_and_takes_it_back_at_dea
     assert terminated and reward == pytest.approx(twin.step("Noop")[1] - 0.5 * POTENTIAL_CAP)
     with pytest.raises(ValueError, match=r"\['wod'\].*not Crafter items"):
         make(inventory_potential={"wod": 1.0})
+
+
+def test_proximity_potential_pays_each_step_toward_a_tree_and_takes_it_back_at_death() -> None:
+    """Each step that brings the faced cell a step nearer the nearest tree in view pays weight / PROXIMITY_RANGE,
+    facing one is worth the whole weight, the game is the same, and death pays the closeness back."""
+    env, twin = make(proximity_potential={"tree": 0.9}), make()
+    env.reset(seed=3)
+    twin.reset(seed=3)
+    step_pay = 0.9 / PROXIMITY_RANGE
+    for action in ["Move South", "Move West", "Move West", "Move West"]:  # seed 3: a tree four steps away
+        text, reward, *_ = env.step(action)
+        twin_text, twin_reward, *_ = twin.step(action)
+        assert text == twin_text  # the shaping changes the reward, never the game
+        assert reward == pytest.approx(twin_reward + step_pay)
+    assert text.endswith("You face tree at your front.")
+    assert env.unwrapped.shaping.closeness(env.unwrapped._env._player) == pytest.approx(0.9)
+    _, reward, *_ = env.step("Move East")  # a step away, facing away: the faced cell is three steps off it
+    assert reward == pytest.approx(twin.step("Move East")[1] - 3 * step_pay)
+    closeness = env.unwrapped.shaping.closeness(env.unwrapped._env._player)
+    for game in (env, twin):
+        game.unwrapped._env._player.health = 0  # dead on the next step
+    _, reward, terminated, *_ = env.step("Noop")
+    assert terminated and reward == pytest.approx(twin.step("Noop")[1] - closeness)
+    with pytest.raises(ValueError, match=r"\['treee'\].*not Crafter materials"):
+        make(proximity_potential={"treee": 1.0})
 
 
 def test_health_weight_prices_a_blow_and_leaves_the_game_alone() -> None:

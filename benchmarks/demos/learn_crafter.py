@@ -130,16 +130,23 @@ def play(agent: str, config: Any, run_config: Path, out: Path, args: argparse.Na
     )[0]
 
 
-def baseline(agent: str, config: Any, run_config: Path, args: argparse.Namespace) -> tuple[dict, Path]:
-    """The untrained model's evaluation, kept under ``runs/judge/<key>`` and reused (random's is the judge's,
-    under ``runs/random/``)."""
+def baseline_key(agent: str, config: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """What the untrained model's judge plays. It names every shaping option at Crafter's own value, whichever
+    ones the training config set: the judged game is the same, so attempts that differ only in shaping share it."""
     key = {
-        "agent": agent, "env_id": config.env.id, "env_kwargs": judged_kwargs(config),
+        "agent": agent, "env_id": config.env.id, "env_kwargs": {**judged_kwargs(config), **CRAFTERS_OWN},
         "prompt": config.to_dict()["prompt"], "memory": config.env.memory, "temperature": config.sampling.temperature,
         "episodes": args.episodes, "seed": args.eval_seed, "num_envs": args.eval_envs,
     }  # fmt: skip
     if config.sampling.constrain != "off":  # a constrained model is judged against itself constrained
         key["constrain"] = config.sampling.constrain
+    return key
+
+
+def baseline(agent: str, config: Any, run_config: Path, args: argparse.Namespace) -> tuple[dict, Path]:
+    """The untrained model's evaluation, kept under ``runs/judge/<digest of its key>`` (:func:`baseline_key`) and
+    reused (random's is the judge's, under ``runs/random/``)."""
+    key = baseline_key(agent, config, args)
     digest = hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:12]
     folder = JUDGE_DIR / f"untrained-{digest}"
     result, _ = kept_evaluation(

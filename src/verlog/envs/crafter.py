@@ -201,6 +201,10 @@ class CrafterTextEnv(TextEnv):
             :data:`~verlog.envs.crafter_shaping.POTENTIAL_CAP`, is worth its weight; a step pays the change in that
             worth and death pays it back (the dead hold nothing), so over an episode that ends in death it adds
             nothing, only pays sooner. Judge without it.
+        proximity_potential: training shaping, the way to a material: being near the nearest named material in
+            view (e.g. ``tree``) is worth its weight times ``1 - steps / PROXIMITY_RANGE``, steps counted from the
+            cell the player faces (:meth:`~verlog.envs.crafter_shaping.CrafterShaping.closeness`), so each step
+            toward a tree pays and each step away costs the same; death pays it back. Judge without it.
         health_weight: training shaping, survival: the reward per health point won or lost, in place of crafter's
             0.1 (a zombie's blow costs two points); above 0.1 a blow and a death cost more, healing pays it back.
         invalid_action_penalty, invalid_action_feedback, strict_parsing, render_mode, invalid_action_fallback,
@@ -316,6 +320,7 @@ class CrafterTextEnv(TextEnv):
         novelty_bonus: float = 0.0,
         achievement_rewards: Mapping[str, float] | None = None,
         inventory_potential: Mapping[str, float] | None = None,
+        proximity_potential: Mapping[str, float] | None = None,
         health_weight: float = CRAFTER_HEALTH_WEIGHT,
         invalid_action_penalty: float = 0.0,
         invalid_action_feedback: bool = True,
@@ -342,6 +347,7 @@ class CrafterTextEnv(TextEnv):
             achievements=ACHIEVEMENTS,
             achievement_rewards=achievement_rewards,
             inventory_potential=inventory_potential,
+            proximity_potential=proximity_potential,
             novelty_bonus=novelty_bonus,
             health_weight=health_weight,
         )

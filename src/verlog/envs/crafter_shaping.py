@@ -15,7 +15,15 @@ from typing import Any
 
 from crafter import constants
 
-__all__ = ["CRAFTER_HEALTH_WEIGHT", "CRAFTERS_OWN", "ITEMS", "POTENTIAL_CAP", "CrafterShaping"]
+__all__ = [
+    "CRAFTER_HEALTH_WEIGHT",
+    "CRAFTERS_OWN",
+    "ITEMS",
+    "MATERIALS",
+    "POTENTIAL_CAP",
+    "PROXIMITY_RANGE",
+    "CrafterShaping",
+]
 
 #: Crafter's own reward for each health point won or lost.
 CRAFTER_HEALTH_WEIGHT = 0.1
@@ -24,6 +32,7 @@ CRAFTERS_OWN: Mapping[str, Any] = MappingProxyType(
     {
         "achievement_rewards": {},
         "inventory_potential": {},
+        "proximity_potential": {},
         "novelty_bonus": 0.0,
         "health_weight": CRAFTER_HEALTH_WEIGHT,
     }
@@ -32,6 +41,13 @@ CRAFTERS_OWN: Mapping[str, Any] = MappingProxyType(
 POTENTIAL_CAP = 5
 #: The items an ``inventory_potential`` may weigh: the inventory but the vitals.
 ITEMS = tuple(name for name in constants.items if name not in ("health", "food", "drink", "energy"))
+#: The materials a ``proximity_potential`` may weigh: crafter's, e.g. ``tree`` or ``water``.
+MATERIALS = tuple(constants.materials)
+#: Steps from the faced cell at which a material in view is worth nothing: one more than the farthest cell of the
+#: 9x7 window (8 steps), so anything in view is worth something and the faced cell its whole weight.
+PROXIMITY_RANGE = 9
+#: The window the text describes, as offsets from the player: 9 wide, 7 high.
+_WINDOW = tuple((dx, dy) for dx in range(-4, 5) for dy in range(-3, 4))
 
 
 def _checked(
@@ -55,6 +71,7 @@ class CrafterShaping:
 
     achievement_rewards: dict[str, float]
     inventory_potential: dict[str, float]
+    proximity_potential: dict[str, float]
     novelty_bonus: float
     health_weight: float
 
@@ -65,6 +82,7 @@ class CrafterShaping:
         achievements: Sequence[str],
         achievement_rewards: Mapping[str, float] | None = None,
         inventory_potential: Mapping[str, float] | None = None,
+        proximity_potential: Mapping[str, float] | None = None,
         novelty_bonus: float = 0.0,
         health_weight: float = CRAFTER_HEALTH_WEIGHT,
     ) -> CrafterShaping:
@@ -74,17 +92,14 @@ class CrafterShaping:
                 "achievement_rewards", achievement_rewards, achievements, "achievements"
             ),
             inventory_potential=_checked("inventory_potential", inventory_potential, ITEMS, "items"),
+            proximity_potential=_checked("proximity_potential", proximity_potential, MATERIALS, "materials"),
             novelty_bonus=float(novelty_bonus),
             health_weight=float(health_weight),
         )
 
     def before(self, player: Any, unlocked: set[str]) -> tuple[set[str] | None, float, int]:
-        """What the step's reward is measured against: the unlocked achievements, the inventory's worth, health."""
-        return (
-            set(unlocked) if self.achievement_rewards else None,
-            self.worth(player) if self.inventory_potential else 0.0,
-            int(player.health),
-        )
+        """What the step's reward is measured against: the unlocked achievements, the potential, health."""
+        return set(unlocked) if self.achievement_rewards else None, self.potential(player), int(player.health)
 
     def extra(
         self,
@@ -96,18 +111,36 @@ class CrafterShaping:
         novel: bool,
     ) -> float:
         """The reward to add to crafter's for the step just run (0.0 with every option at its default)."""
-        was_unlocked, worth, health = before
+        was_unlocked, potential, health = before
         extra = 0.0
         if was_unlocked is not None and len(unlocked) > len(was_unlocked):
             # crafter pays +1 for a step that unlocks anything (once, however many); pay each its own reward.
             extra += sum(self.achievement_rewards.get(name, 1.0) for name in unlocked - was_unlocked) - 1.0
-        if self.inventory_potential:  # the dead hold nothing: death pays the worth back
-            extra += (0.0 if dead else self.worth(player)) - worth
+        if self.inventory_potential or self.proximity_potential:  # death pays the potential back
+            extra += (0.0 if dead else self.potential(player)) - potential
         if self.health_weight != CRAFTER_HEALTH_WEIGHT:
             extra += (self.health_weight - CRAFTER_HEALTH_WEIGHT) * (int(player.health) - health)
         return extra + self.novelty_bonus * novel
+
+    def potential(self, player: Any) -> float:
+        """The state's potential: the inventory's worth plus the closeness of what is in view (0 without them)."""
+        return self.worth(player) + self.closeness(player)
 
     def worth(self, player: Any) -> float:
         """The inventory's worth under ``inventory_potential`` (0 without it)."""
         held = player.inventory
         return sum(w * min(held[name], POTENTIAL_CAP) for name, w in self.inventory_potential.items())
+
+    def closeness(self, player: Any) -> float:
+        """How close the nearest cell of each ``proximity_potential`` material in the 9x7 window is to the cell the
+        player faces: the weight times ``1 - steps / PROXIMITY_RANGE`` (the whole weight when faced, nothing out of
+        view), in steps up-down plus left-right. Measured from the faced cell, so turning to face a tree pays too."""
+        if not self.proximity_potential:
+            return 0.0
+        (px, py), (fx, fy) = (int(v) for v in player.pos), (int(v) for v in player.facing)
+        nearest = dict.fromkeys(self.proximity_potential, PROXIMITY_RANGE)
+        for dx, dy in _WINDOW:
+            material, _ = player.world[(px + dx, py + dy)]
+            if material in nearest:
+                nearest[material] = min(nearest[material], abs(dx - fx) + abs(dy - fy))
+        return sum(w * (1.0 - nearest[m] / PROXIMITY_RANGE) for m, w in self.proximity_potential.items())
