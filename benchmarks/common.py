@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "JUDGE_DIR",
     "RANDOM_DIR",
     "RESULTS",
     "ROOT",
@@ -44,6 +45,8 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 #: Random-agent evaluations, one folder per :func:`random_key`, reused by every demonstration.
 RANDOM_DIR = Path("runs") / "random"
+#: Evaluations of an untrained model, one folder per digest of what they played, reused by every seed of a recipe.
+JUDGE_DIR = Path("runs") / "judge"
 
 
 def machine() -> dict[str, Any]:

@@ -9,6 +9,7 @@ import importlib
 import io
 import json
 import math
+import shutil
 import sys
 from pathlib import Path
 
@@ -539,6 +540,15 @@ def test_each_kind_of_a_mix_is_played_as_many_episodes_as_asked(
             settings = json.loads((folder / "settings.json").read_text())
             assert settings["env_kwargs"]["shaping"] == 0.0 and settings["env_kwargs"]["task"] == kind
             assert settings["env_kwargs"]["bot_start"] == 0.0
+    # another seed of the same recipe reads the initial model's episodes back from runs/judge, one per kind
+    assert len(list((tmp_path / "runs" / "judge").glob("initial-*"))) == 2
+    twin = tmp_path / "mix-0002"
+    shutil.copytree(run_dir, twin, ignore=shutil.ignore_patterns("eval-*"))
+    again = held_out.evaluate_tasks(config, twin, 3, kinds)
+    for kind in ("goto", "open"):
+        folder = twin / f"eval-initial-{kind}-seed{judge.EVAL_SEED}"
+        assert json.loads((folder / "summary.json").read_text())["resumed"] == 3  # none played again
+        assert again[kind]["initial"] == evaluations[kind]["initial"]
     # --judge-temperature: both models decoded alike at the judge's temperature (0 greedy), in their own folders
     goto = held_out.kind_kwargs(config.env.kwargs, "task", "goto")
     for temperature, label, decoding in (

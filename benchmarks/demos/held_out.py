@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import cached_random, random_key
+from benchmarks.common import JUDGE_DIR, cached_random, kept_evaluation, random_key
 from benchmarks.demos.judge import EVAL_SEED, Z_REQUIRED, difference
 from verlog.runkit.folder import CONFIG_FILE
 from verlog.tomlconfig import toml_value
@@ -174,18 +174,55 @@ def play_model(
     """One model of a run on ``episodes`` seeded episodes from ``seed`` through ``verlog eval``, with the run's
     prompts, memory and env settings (``env_kwargs`` as given, already the judge's): ``name`` "initial" is the
     model the run started from, "trained" its last checkpoint. Played into ``eval-<name>[-<label>]-seed<N>``
-    (with the decoding's label when ``temperature`` is not the training one), so a finished one is read back."""
+    (with the decoding's label when ``temperature`` is not the training one), so a finished one is read back.
+    The initial model plays the same episodes alike for every seed of a recipe, so it is played once under
+    ``runs/judge`` (:func:`shared_initial`) and copied into each run's folder."""
     from verlog.evaluation import evaluate
 
     sample, overrides = decoding_overrides(temperature)
     agent = {"initial": config.model.path, "trained": str(run_dir)}[name]
     part = f"-{label}" if label else ""
-    summary = evaluate(
-        agent, out=run_dir / f"eval-{name}{part}-seed{seed}{decoding_label(temperature)}", suite=config.env.id,
-        episodes=episodes, seed=seed, num_envs=config.env.num_envs, env_kwargs=dict(env_kwargs),
-        config=run_dir / CONFIG_FILE, sample=sample, overrides=overrides,
-    )  # fmt: skip
-    return eval_figures(summary, config.env.id)
+    out = run_dir / f"eval-{name}{part}-seed{seed}{decoding_label(temperature)}"
+
+    def played(folder: Path) -> dict[str, Any]:
+        return evaluate(
+            agent, out=folder, suite=config.env.id, episodes=episodes, seed=seed, num_envs=config.env.num_envs,
+            env_kwargs=dict(env_kwargs), config=run_dir / CONFIG_FILE, sample=sample, overrides=overrides,
+        )  # fmt: skip
+
+    if name == "initial" and not (out / "summary.json").is_file():
+        shared_initial(config, episodes, env_kwargs, seed, overrides, played, out)
+    # evaluate() reads a finished folder back, after checking it was played with this run's settings
+    return eval_figures(played(out), config.env.id)
+
+
+def shared_initial(
+    config: Any,
+    episodes: int,
+    env_kwargs: Mapping[str, Any],
+    seed: int,
+    overrides: Sequence[str],
+    play: Callable[[Path], dict[str, Any]],
+    out: Path,
+) -> Path:
+    """The initial model's evaluation kept under ``runs/judge/initial-<digest>`` (played there once by ``play``,
+    :func:`benchmarks.common.kept_evaluation`) and copied to ``out``. The digest is of everything the episodes
+    depend on: the model, the env and its kwargs, the prompts, memory and sampling, the episodes and their seed,
+    the decoding; not the run's own seed, name or learning settings (``run``, ``ppo``, ``algo``, ``panel``)."""
+    import hashlib
+    import shutil
+
+    settings = {k: v for k, v in config.to_dict().items() if k not in ("run", "ppo", "algo", "panel")}
+    key = {
+        "agent": str(config.model.path), "suite": config.env.id, "episodes": episodes, "seed": seed,
+        "num_envs": config.env.num_envs, "env_kwargs": dict(env_kwargs), "decoding": list(overrides),
+        "config": settings,
+    }  # fmt: skip
+    digest = hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    folder = JUDGE_DIR / f"initial-{digest}"
+    kept_evaluation(folder, key, play, lambda kept: json.loads((kept / "summary.json").read_text()))
+    shutil.copytree(folder, out, ignore=shutil.ignore_patterns("key.json"), dirs_exist_ok=True)
+    return folder
 
 
 def evaluate_agents(

@@ -45,7 +45,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import RESULTS, ROOT, kept_evaluation, load_preset, machine, update_records
+from benchmarks.common import JUDGE_DIR, RESULTS, ROOT, kept_evaluation, load_preset, machine, update_records
 from benchmarks.demos.judge import (
     CRAFTER_JUDGED,
     EVAL_SEED,
@@ -65,8 +65,6 @@ from verlog.tomlconfig import toml_value
 
 #: The demonstration must train within this on 2 idle cores (reported, not enforced).
 BUDGET_MIN = 30.0
-#: Evaluations of the untrained model and of random, one folder per (agent, task, episodes) key.
-JUDGE_DIR = Path("runs") / "judge"
 #: Written into the run folder before training, so ``--run`` judges it as it was first judged.
 STATE_FILE = "learn-crafter.json"
 #: What each ablation variant changes in the preset (``verlog`` is the preset itself).
