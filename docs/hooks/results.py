@@ -1369,6 +1369,8 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "crafter_real_short_achievements": lambda: crafter_achievements("learn_crafter_real_short.json"),
     "crafter_real_reading": lambda: crafter("learn_crafter_real_reading.json"),
     "crafter_real_reading_achievements": lambda: crafter_achievements("learn_crafter_real_reading.json"),
+    "crafter_real_potential": lambda: crafter("learn_crafter_real_potential.json"),
+    "crafter_real_potential_achievements": lambda: crafter_achievements("learn_crafter_real_potential.json"),
     "long_prompts": long_prompts,
     "crafter_achievements": crafter_achievements,
     "ablation": ablation,
