@@ -1373,6 +1373,8 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "crafter_real_potential_achievements": lambda: crafter_achievements("learn_crafter_real_potential.json"),
     "crafter_real_routine": lambda: crafter("learn_crafter_real_routine.json"),
     "crafter_real_routine_achievements": lambda: crafter_achievements("learn_crafter_real_routine.json"),
+    "crafter_real_anchor": lambda: crafter("learn_crafter_real_anchor.json"),
+    "crafter_real_anchor_achievements": lambda: crafter_achievements("learn_crafter_real_anchor.json"),
     "long_prompts": long_prompts,
     "crafter_achievements": crafter_achievements,
     "ablation": ablation,
