@@ -24,6 +24,7 @@ Stdlib only: the tests import it without mkdocs.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -1363,18 +1364,6 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "action_mixes": action_mixes,
     "rollout_smollm2": rollout_smollm2,
     "crafter": crafter,
-    "crafter_real": lambda: crafter("learn_crafter_real.json"),
-    "crafter_real_achievements": lambda: crafter_achievements("learn_crafter_real.json"),
-    "crafter_real_short": lambda: crafter("learn_crafter_real_short.json"),
-    "crafter_real_short_achievements": lambda: crafter_achievements("learn_crafter_real_short.json"),
-    "crafter_real_reading": lambda: crafter("learn_crafter_real_reading.json"),
-    "crafter_real_reading_achievements": lambda: crafter_achievements("learn_crafter_real_reading.json"),
-    "crafter_real_potential": lambda: crafter("learn_crafter_real_potential.json"),
-    "crafter_real_potential_achievements": lambda: crafter_achievements("learn_crafter_real_potential.json"),
-    "crafter_real_routine": lambda: crafter("learn_crafter_real_routine.json"),
-    "crafter_real_routine_achievements": lambda: crafter_achievements("learn_crafter_real_routine.json"),
-    "crafter_real_anchor": lambda: crafter("learn_crafter_real_anchor.json"),
-    "crafter_real_anchor_achievements": lambda: crafter_achievements("learn_crafter_real_anchor.json"),
     "long_prompts": long_prompts,
     "crafter_achievements": crafter_achievements,
     "ablation": ablation,
@@ -1416,6 +1405,15 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "gpu_check": gpu_check,
     "gpu_check_summary": gpu_check_summary,
 }
+
+#: The SmolLM2 Crafter recipes on the results page (``learn_crafter_real<suffix>.json``): the preset and each attempt
+#: get a table of the judged figures and one of the achievements.
+CRAFTER_REAL_SUFFIXES = ("", "_short", "_reading", "_potential", "_routine", "_anchor")
+for _suffix in CRAFTER_REAL_SUFFIXES:
+    RENDERERS[f"crafter_real{_suffix}"] = functools.partial(crafter, f"learn_crafter_real{_suffix}.json")
+    RENDERERS[f"crafter_real{_suffix}_achievements"] = functools.partial(
+        crafter_achievements, f"learn_crafter_real{_suffix}.json"
+    )
 
 
 def render(name: str) -> str:
