@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 from pathlib import Path
 
 import pytest
@@ -158,3 +159,32 @@ def test_a_bare_word_override_is_a_string() -> None:
     """README writes algo.advantage=grpo: no shell quoting of TOML quotes."""
     config = load_config(None, ["algo.advantage=grpo", "algo.norm=mean", 'run.name="quoted"'])
     assert (config.algo.advantage, config.algo.norm, config.run.name) == ("grpo", "mean", "quoted")
+
+
+def test_a_variant_names_its_base_and_says_only_what_differs(tmp_path: Path) -> None:
+    (tmp_path / "presets").mkdir()
+    (tmp_path / "presets" / "base.toml").write_text(
+        '[run]\nname = "base"\nseed = 3\n[ppo]\nkl_coef = 0.0\nentropy_coef = 0.03\n[env.kwargs]\nmax_steps = 200\n'
+    )
+    variant = tmp_path / "variant.toml"
+    variant.write_text('base = "presets/base.toml"\n[run]\nname = "variant"\n[ppo]\nkl_coef = 0.02\n')
+    config = load_config(variant, ["env.kwargs.invalid_action_penalty=-0.1"])
+    assert (config.run.name, config.run.seed) == ("variant", 3)
+    assert (config.ppo.kl_coef, config.ppo.entropy_coef) == (0.02, 0.03)
+    assert config.env.kwargs == {"max_steps": 200, "invalid_action_penalty": -0.1}  # tables merge key by key
+    assert "base" not in config.to_toml()  # the resolved file stands alone
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('base = "nowhere.toml"\n', "base 'nowhere.toml' is not a file"),
+        ("base = 3\n", "base must be a file name in quotes"),
+        ('base = "variant.toml"\n', "the bases form a loop (variant.toml -> variant.toml)"),
+    ],
+)
+def test_a_bad_base_is_one_clear_error(tmp_path: Path, text: str, message: str) -> None:
+    variant = tmp_path / "variant.toml"
+    variant.write_text(text)
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config(variant)
