@@ -331,6 +331,28 @@ def test_metrics_from_several_processes_weigh_episodes_by_count() -> None:
     assert merged["losses/value_loss"] == pytest.approx(0.4)  # per-process figures are averaged
 
 
+def test_the_kl_to_the_reference_is_logged_when_the_samplers_logprobs_are_reused(
+    model_path: Path, tmp_path: Path
+) -> None:
+    """With ``ppo.reuse_sampler_logprobs`` the old log-probs are the sampler's, and the anchor's figure is still
+    logged: before the first step the reference is the sampler's own model, so the KL is only rounding."""
+    trainer = Trainer(
+        _config(
+            tmp_path,
+            model_path,
+            "ppo.kl_coef=0.1",
+            "ppo.reuse_sampler_logprobs=true",
+            "ppo.critic_warmup_iters=0",
+        )
+    )
+    try:
+        kl = trainer.train_update()["charts/kl_to_reference"]
+    finally:
+        trainer.envs.close()
+        trainer.logger.close()
+    assert abs(kl) < 1e-3
+
+
 def test_the_reference_scores_in_the_actors_precision(model_path: Path, tmp_path: Path) -> None:
     """Before the first update the reference is the actor: under bf16 the KL to it is exactly zero (an fp32
     reference beside a bf16 actor read its rounding as KL: a penalty of noise). In a child process: accelerate's

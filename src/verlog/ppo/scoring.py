@@ -216,7 +216,7 @@ def score_batch(
             storage,
             values=critic is not None,
             old_logprobs=logprobs and not reuse,
-            reference=logprobs and not reuse and models.reference is not None,
+            reference=logprobs and models.reference is not None,  # reused: the sampler's log-probs against it
         )
     )
     return metrics
