@@ -188,3 +188,19 @@ def test_a_bad_base_is_one_clear_error(tmp_path: Path, text: str, message: str) 
     variant.write_text(text)
     with pytest.raises(ConfigError, match=re.escape(message)):
         load_config(variant)
+
+
+@pytest.mark.parametrize(
+    "attempt", sorted((ROOT / "benchmarks" / "demos" / "attempts").glob("*.toml")), ids=lambda p: p.name
+)
+def test_an_attempt_bases_only_on_attempts(attempt: Path) -> None:
+    """An attempt reruns exactly as it ran: its base chain stays among the frozen attempts, never a preset in
+    envs/, which may change under it."""
+    import tomllib
+
+    path = attempt
+    while "base" in (data := tomllib.loads(path.read_text())):
+        path = (path.parent / data["base"]).resolve()
+        assert path.parent == attempt.parent.resolve(), (
+            f"{attempt.name} bases on {path}, outside the attempts"
+        )
