@@ -10,6 +10,7 @@ import pytest
 
 from verlog.config import Config, ConfigError, describe, load_config
 from verlog.runkit.validate import problems, validate
+from verlog.tomlconfig import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The presets, and the past attempts' configs (outside envs/, still loadable: the docs say how to rerun them).
@@ -196,8 +197,6 @@ def test_a_bad_base_is_one_clear_error(tmp_path: Path, text: str, message: str) 
 def test_an_attempt_bases_only_on_attempts(attempt: Path) -> None:
     """An attempt reruns exactly as it ran: its base chain stays among the frozen attempts, never a preset in
     envs/, which may change under it."""
-    import tomllib
-
     path = attempt
     while "base" in (data := tomllib.loads(path.read_text())):
         path = (path.parent / data["base"]).resolve()

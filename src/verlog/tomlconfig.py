@@ -25,7 +25,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10 ships no TOML reader
     import tomli as tomllib
 
-__all__ = ["ConfigError", "describe", "load", "read_with_base", "to_toml", "toml_value"]
+__all__ = ["ConfigError", "describe", "load", "to_toml", "toml_value"]
 
 T = TypeVar("T")
 
@@ -36,13 +36,13 @@ class ConfigError(ValueError):
 
 def load(root: type[T], path: str | Path | None = None, overrides: typing.Sequence[str] = ()) -> T:
     """Read a TOML file (or start from the defaults) and apply ``section.key=value`` overrides."""
-    data = read_with_base(Path(path)) if path is not None else {}
+    data = _read_with_base(Path(path)) if path is not None else {}
     for item in overrides:
         _apply_override(root, data, item)
     return _build(root, root, data, prefix="")
 
 
-def read_with_base(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+def _read_with_base(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     """The file's tables, laid over those of the file its top-level ``base = "other.toml"`` names (a path relative
     to this file, itself free to name a base): a variant of a preset says only what it changes. Tables merge key
     by key, so a variant cannot remove a key its base sets; any other value replaces the base's."""
@@ -67,7 +67,7 @@ def read_with_base(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     if base_path.resolve() in trail:
         chain = " -> ".join(p.name for p in (*trail, base_path.resolve()))
         raise ConfigError(f"{path}: the bases form a loop ({chain}); one of them must not name a base")
-    return _merged(read_with_base(base_path, trail), data)
+    return _merged(_read_with_base(base_path, trail), data)
 
 
 def _merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
