@@ -1408,7 +1408,16 @@ RENDERERS: dict[str, Callable[[], str]] = {
 
 #: The SmolLM2 Crafter recipes on the results page (``learn_crafter_real<suffix>.json``): the preset and each attempt
 #: get a table of the judged figures and one of the achievements.
-CRAFTER_REAL_SUFFIXES = ("", "_short", "_reading", "_potential", "_routine", "_anchor", "_light_anchor")
+CRAFTER_REAL_SUFFIXES = (
+    "",
+    "_short",
+    "_reading",
+    "_potential",
+    "_routine",
+    "_anchor",
+    "_light_anchor",
+    "_saplings",
+)
 for _suffix in CRAFTER_REAL_SUFFIXES:
     RENDERERS[f"crafter_real{_suffix}"] = functools.partial(crafter, f"learn_crafter_real{_suffix}.json")
     RENDERERS[f"crafter_real{_suffix}_achievements"] = functools.partial(
