@@ -272,6 +272,10 @@ class PPOConfig:
     """The entropy bonus once ``entropy_anneal_updates`` updates are done: explore early, then let the policy sharpen."""
     entropy_anneal_updates: int = 0
     """Updates over which the entropy bonus goes linearly from ``entropy_coef`` to ``entropy_coef_final`` (0 = constant ``entropy_coef``)."""
+    entropy_target: float = 0.0
+    """A target for the policy's entropy in nats per response token (``losses/entropy``): > 0 adapts the entropy bonus after each update, from ``entropy_coef``, up while the entropy is under it and down while over (:class:`verlog.ppo.entropy_control.EntropyController`), so a policy cannot collapse onto the one answer that pays most often; 0 = off (the fixed or annealed ``entropy_coef``)."""
+    entropy_target_rate: float = 0.1
+    """With ``entropy_target``: the most the bonus moves in one update, as a log-factor (0.1: at most x1.105 or /1.105)."""
     answer_entropy_coef: float = 0.0
     """Bonus on the entropy of the mean first-answer distribution over each micro-batch's turns, H(mean): it keeps the mix of answers broad across states without keeping any one state's answer random, as the per-turn bonus (entropy_coef) does, so the policy can only follow the reward by answering differently in different states. losses/answer_information, logged always, is the answer's mutual information with the state, I(S; A) = H(mean) - mean H: 0 for a policy that plays one fixed mix of answers whatever it reads. Both are read at the first answer token: exact where each action is one token (the tiny models' action-words); where names span tokens and a constraint allows other spellings of one action (byte-level fallback: "p" as well as "pick"), the bonus can be met by spelling an action differently (SmolLM2 on Pickup: 2.05 nats over four actions)."""
     reading_coef: float = 0.0

@@ -31,6 +31,7 @@ from verlog.models.prompts import PromptBuilder, prompt_builder
 from verlog.ppo.advantages import compute_advantages
 from verlog.ppo.build import Learner, load_learner, lora_spec, make_batches
 from verlog.ppo.checkpoints import TrainerCheckpoints
+from verlog.ppo.entropy_control import EntropyController
 from verlog.ppo.scoring import score_batch
 from verlog.ppo.storage import TurnStorage
 from verlog.ppo.update import ppo_update
@@ -111,6 +112,7 @@ class Trainer:
         )
         self.envs = self._make_envs()
         self.watchdog = Watchdog(config.watchdog) if config.watchdog.enabled else None
+        self.entropy_control = EntropyController.from_config(config.ppo)  # None: the fixed or annealed bonus
         self.best_score = -math.inf  # the validation panel's best score so far
         prompts = prompt_builder(self.learner.tokenizer, config.prompt, config.env.id)
         self.rollout, self.storage = make_batches(
@@ -356,7 +358,10 @@ class Trainer:
         metrics["charts/temperature"] = cfg.sampling.temperature
         # Resident memory: a long run's should stay flat (histories, storage, resets and logging must not grow).
         metrics["sys/rss_mb"] = resident_mb()  # the C heap's freed pages handed back first
-        return self._mean_over_processes(metrics, self.rollout.episode_counts)
+        metrics = self._mean_over_processes(metrics, self.rollout.episode_counts)
+        if self.entropy_control is not None:  # the mean over processes: every process moves the bonus alike
+            self.entropy_control.observe(metrics.get("losses/entropy", math.nan))
+        return metrics
 
     def warmup_critic(self) -> None:
         """Critic pre-training: collect W batches once, then S iterations of (re-score values, targets, fit)."""
@@ -416,6 +421,7 @@ class Trainer:
             "sample_rng": self.sample_rng.getstate(),
             "curriculum": self.curriculum.state_dict() if self.curriculum else None,
             "watchdog": self.watchdog.state_dict() if self.watchdog else None,
+            "entropy_coef": self.entropy_control.coef if self.entropy_control else None,
         }
 
     def load_state_dict(self, state: dict[str, Any], env_states: list[Any]) -> None:
@@ -439,6 +445,8 @@ class Trainer:
         self.sample_rng.setstate((version, tuple(internal), gauss))
         if self.watchdog is not None and state.get("watchdog"):
             self.watchdog.load_state_dict(state["watchdog"])
+        if self.entropy_control is not None and state.get("entropy_coef") is not None:
+            self.entropy_control.coef = state["entropy_coef"]
 
     def env_states(self) -> list[Any]:
         return list(self.envs.call("replay_state"))
@@ -484,8 +492,14 @@ class Trainer:
             temperature=self.config.sampling.temperature,
             train_actor=train_actor,
             limit=limit,
-            entropy_coef=self.config.ppo.entropy_coef_after(self.update),
+            entropy_coef=self._entropy_coef(),
         )
+
+    def _entropy_coef(self) -> float:
+        """The entropy bonus of the next update: the controller's, or the schedule's."""
+        if self.entropy_control is not None:
+            return self.entropy_control.coef
+        return self.config.ppo.entropy_coef_after(self.update)
 
     def _batch_turns(self) -> int:
         """Turns played in this update over all processes (whole-episode batches vary in length; a group played

@@ -105,6 +105,13 @@ def _numbers(config: Config) -> Iterator[str]:
         yield 'ppo.reading_coef > 0 needs ppo.reading_after (the prompt word whose next token is the target; Crafter: "face") and sampling.constrain = "actions" (the target is a word the answer may not use; free answers would learn to say it): set both, or ppo.reading_coef=0'
     if ppo.entropy_anneal_updates < 0 or ppo.entropy_coef_final < 0:
         yield f"ppo.entropy_anneal_updates and ppo.entropy_coef_final must be >= 0, got {ppo.entropy_anneal_updates} and {ppo.entropy_coef_final}"
+    if ppo.entropy_target < 0:
+        yield f"ppo.entropy_target must be >= 0 (nats per response token; 0 = a fixed entropy bonus), got {ppo.entropy_target}"
+    if ppo.entropy_target > 0:
+        if ppo.entropy_coef <= 0 or ppo.entropy_target_rate <= 0:
+            yield f"ppo.entropy_target needs ppo.entropy_coef > 0 (the bonus it starts from and multiplies) and ppo.entropy_target_rate > 0, got {ppo.entropy_coef} and {ppo.entropy_target_rate}"
+        if ppo.entropy_anneal_updates > 0:
+            yield "ppo.entropy_target and ppo.entropy_anneal_updates both set the entropy bonus: keep one (ppo.entropy_anneal_updates=0 to adapt to the target)"
     milestones = ppo.actor_lr_milestones
     if any(m < 1 for m in milestones) or list(milestones) != sorted(set(milestones)):
         yield f"ppo.actor_lr_milestones must be increasing update numbers >= 1, got {list(milestones)}"
