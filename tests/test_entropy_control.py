@@ -22,9 +22,13 @@ from verlog.runkit.validate import problems
 def test_the_bonus_rises_under_the_target_and_falls_over_it_at_most_one_factor_an_update() -> None:
     control = EntropyController(coef=0.01, target=0.5, rate=0.1)
     assert control.observe(0.0) == pytest.approx(0.01 * math.exp(0.1))  # far under: the whole step up
-    assert control.observe(0.25) == pytest.approx(0.01 * math.exp(0.1) * math.exp(0.05))  # half way: half a step
+    assert control.observe(0.25) == pytest.approx(
+        0.01 * math.exp(0.1) * math.exp(0.05)
+    )  # half way: half a step
     before = control.coef
-    assert control.observe(5.0) == pytest.approx(before * math.exp(-0.1))  # far over: clipped to one step down
+    assert control.observe(5.0) == pytest.approx(
+        before * math.exp(-0.1)
+    )  # far over: clipped to one step down
     assert control.observe(0.5) == pytest.approx(before * math.exp(-0.1))  # on target: unchanged
     assert control.observe(math.nan) == pytest.approx(before * math.exp(-0.1))  # no entropy this update
 
@@ -40,7 +44,9 @@ def test_the_bonus_stays_in_its_bounds() -> None:
 
 def test_off_unless_a_target_is_set() -> None:
     assert EntropyController.from_config(load_config(None, []).ppo) is None
-    control = EntropyController.from_config(load_config(None, ["ppo.entropy_target=0.4", "ppo.entropy_coef=0.02"]).ppo)
+    control = EntropyController.from_config(
+        load_config(None, ["ppo.entropy_target=0.4", "ppo.entropy_coef=0.02"]).ppo
+    )
     assert control == EntropyController(coef=0.02, target=0.4, rate=0.1)
 
 
@@ -77,7 +83,9 @@ def test_a_run_adapts_the_bonus_and_a_resumed_run_goes_on_from_the_saved_one(tmp
     trainer.train()
     run_dir = trainer.run_dir
     assert _coefs(run_dir) == pytest.approx([0.01, 0.01 * math.exp(0.5)], rel=1e-4)
-    shutil.rmtree(run_dir / "checkpoints" / "000002")  # resume from update 1: its bonus was already moved once
+    shutil.rmtree(
+        run_dir / "checkpoints" / "000002"
+    )  # resume from update 1: its bonus was already moved once
     resumed = Trainer(load_config(run_dir / "config.toml", ["run.total_updates=3"]), resume=run_dir)
     resumed.train()
     assert _coefs(run_dir) == pytest.approx([0.01, 0.01 * math.exp(0.5), 0.01 * math.exp(1.0)], rel=1e-4)
