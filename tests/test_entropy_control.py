@@ -14,49 +14,55 @@ from toy_env import TOY_ID
 
 from verlog.config import load_config
 from verlog.models.tiny import build_tiny
-from verlog.ppo.entropy_control import MAX_ENTROPY_COEF, MIN_ENTROPY_COEF, EntropyController
 from verlog.ppo.trainer import Trainer
+from verlog.ppo.update import MAX_ENTROPY_COEF, MIN_ENTROPY_COEF, EntropyBonus
 from verlog.runkit.validate import problems
 
 
+def _bonus(*overrides: str) -> EntropyBonus:
+    return EntropyBonus(load_config(None, list(overrides)).ppo)
+
+
+def _entropy(value: float) -> dict[str, float]:
+    return {"losses/entropy": value}
+
+
 def test_the_bonus_rises_under_the_target_and_falls_over_it_at_most_one_factor_an_update() -> None:
-    control = EntropyController(coef=0.01, target=0.5, rate=0.1)
-    assert control.observe(0.0) == pytest.approx(0.01 * math.exp(0.1))  # far under: the whole step up
-    assert control.observe(0.25) == pytest.approx(
-        0.01 * math.exp(0.1) * math.exp(0.05)
-    )  # half way: half a step
-    before = control.coef
-    assert control.observe(5.0) == pytest.approx(
-        before * math.exp(-0.1)
-    )  # far over: clipped to one step down
-    assert control.observe(0.5) == pytest.approx(before * math.exp(-0.1))  # on target: unchanged
-    assert control.observe(math.nan) == pytest.approx(before * math.exp(-0.1))  # no entropy this update
+    bonus = _bonus("ppo.entropy_coef=0.01", "ppo.entropy_target=0.5", "ppo.entropy_target_rate=0.1")
+    up = 0.01 * math.exp(0.1)
+    assert bonus.observe(_entropy(0.0)) == pytest.approx(up)  # far under: the whole step up
+    assert bonus.observe(_entropy(0.25)) == pytest.approx(up * math.exp(0.05))  # half way under: half a step
+    down = bonus.coef * math.exp(-0.1)
+    assert bonus.observe(_entropy(5.0)) == pytest.approx(down)  # far over: clipped to one step down
+    assert bonus.observe(_entropy(0.5)) == pytest.approx(down)  # on target: unchanged
+    assert bonus.observe({}) == pytest.approx(down)  # every optimiser step skipped: no entropy this update
+    assert bonus.coef_after(1000) == pytest.approx(down)  # the adapted value, not a schedule's
 
 
 def test_the_bonus_stays_in_its_bounds() -> None:
-    high = EntropyController(coef=0.9, target=1.0, rate=1.0)
-    low = EntropyController(coef=2e-5, target=1.0, rate=1.0)
+    high = _bonus("ppo.entropy_coef=0.9", "ppo.entropy_target=1", "ppo.entropy_target_rate=1")
+    low = _bonus("ppo.entropy_coef=2e-5", "ppo.entropy_target=1", "ppo.entropy_target_rate=1")
     for _ in range(5):
-        high.observe(0.0)
-        low.observe(10.0)
+        high.observe(_entropy(0.0))
+        low.observe(_entropy(10.0))
     assert (high.coef, low.coef) == (MAX_ENTROPY_COEF, MIN_ENTROPY_COEF)
 
 
-def test_off_unless_a_target_is_set() -> None:
-    assert EntropyController.from_config(load_config(None, []).ppo) is None
-    control = EntropyController.from_config(
-        load_config(None, ["ppo.entropy_target=0.4", "ppo.entropy_coef=0.02"]).ppo
+def test_without_a_target_the_schedule_sets_the_bonus() -> None:
+    bonus = _bonus("ppo.entropy_coef=0.03", "ppo.entropy_coef_final=0.01", "ppo.entropy_anneal_updates=10")
+    bonus.observe(_entropy(0.0))
+    assert (bonus.coef_after(0), bonus.coef_after(5), bonus.coef_after(20)) == pytest.approx(
+        (0.03, 0.02, 0.01)
     )
-    assert control == EntropyController(coef=0.02, target=0.4, rate=0.1)
 
 
 @pytest.mark.parametrize(
     ("overrides", "said"),
     [
-        (["ppo.entropy_target=-1"], "ppo.entropy_target must be >= 0"),
-        (["ppo.entropy_target=0.5", "ppo.entropy_coef=0"], "ppo.entropy_target needs ppo.entropy_coef > 0"),
-        (["ppo.entropy_target=0.5", "ppo.entropy_target_rate=0"], "ppo.entropy_target_rate > 0"),
-        (["ppo.entropy_target=0.5", "ppo.entropy_anneal_updates=10"], "keep one"),
+        (["ppo.entropy_target=-1"], "ppo.entropy_target must be >= 0 (0 = off)"),
+        (["ppo.entropy_target=0.5", "ppo.entropy_coef=0"], "it needs ppo.entropy_coef > 0"),
+        (["ppo.entropy_target=0.5", "ppo.entropy_target_rate=0"], "ppo.entropy_target_rate must be > 0"),
+        (["ppo.entropy_target=0.5", "ppo.entropy_anneal_updates=10"], "no schedule beside it"),
     ],
 )
 def test_a_bad_target_is_a_clear_problem(overrides: list[str], said: str) -> None:

@@ -141,7 +141,7 @@ def test_the_actor_rate_schedule_is_checked_and_counted_in_updates() -> None:
         ("ppo.actor_lr_gamma=0", "ppo.actor_lr_gamma must be in (0, 1]"),
         (
             "ppo.entropy_anneal_updates=-1",
-            "ppo.entropy_anneal_updates and ppo.entropy_coef_final must be >= 0",
+            "ppo.entropy_anneal_updates, ppo.entropy_coef_final and ppo.entropy_target must be >= 0",
         ),
     ):
         assert any(said in problem for problem in problems(load_config(None, [bad]))), bad

@@ -273,7 +273,7 @@ class PPOConfig:
     entropy_anneal_updates: int = 0
     """Updates over which the entropy bonus goes linearly from ``entropy_coef`` to ``entropy_coef_final`` (0 = constant ``entropy_coef``)."""
     entropy_target: float = 0.0
-    """A target for the policy's entropy in nats per response token (``losses/entropy``): > 0 adapts the entropy bonus after each update, from ``entropy_coef``, up while the entropy is under it and down while over (:class:`verlog.ppo.entropy_control.EntropyController`), so a policy cannot collapse onto the one answer that pays most often; 0 = off (the fixed or annealed ``entropy_coef``)."""
+    """A target for the policy's entropy in nats per response token (``losses/entropy``): > 0 adapts the entropy bonus after each update, from ``entropy_coef``, up while the entropy is under it and down while over (:class:`verlog.ppo.update.EntropyBonus`), so a policy cannot collapse onto the one answer that pays most often; 0 = off (the fixed or annealed ``entropy_coef``)."""
     entropy_target_rate: float = 0.1
     """With ``entropy_target``: the most the bonus moves in one update, as a log-factor (0.1: at most x1.105 or /1.105)."""
     answer_entropy_coef: float = 0.0

@@ -31,10 +31,9 @@ from verlog.models.prompts import PromptBuilder, prompt_builder
 from verlog.ppo.advantages import compute_advantages
 from verlog.ppo.build import Learner, load_learner, lora_spec, make_batches
 from verlog.ppo.checkpoints import TrainerCheckpoints
-from verlog.ppo.entropy_control import EntropyController
 from verlog.ppo.scoring import score_batch
 from verlog.ppo.storage import TurnStorage
-from verlog.ppo.update import ppo_update
+from verlog.ppo.update import EntropyBonus, ppo_update
 from verlog.quiet import attach_run_log, detail
 from verlog.runkit.curriculum import Curriculum, stage_envs
 from verlog.runkit.distributed import (
@@ -112,7 +111,7 @@ class Trainer:
         )
         self.envs = self._make_envs()
         self.watchdog = Watchdog(config.watchdog) if config.watchdog.enabled else None
-        self.entropy_control = EntropyController.from_config(config.ppo)  # None: the fixed or annealed bonus
+        self.entropy_bonus = EntropyBonus(config.ppo)  # scheduled, or adapted to ppo.entropy_target
         self.best_score = -math.inf  # the validation panel's best score so far
         prompts = prompt_builder(self.learner.tokenizer, config.prompt, config.env.id)
         self.rollout, self.storage = make_batches(
@@ -128,10 +127,8 @@ class Trainer:
         self.storage.share_prefix = config.ppo.share_prompt_prefix and not self.dist.lockstep  # collectives
         self.storage.trunk_budget = int(config.ppo.trunk_cache_mib * 2**20) if config.ppo.trunk_cache else 0
         self.storage.constraint = self.learner.constraint
-        self.update = 0
-        self.global_step = 0
-        # No critic, nothing to pre-train.
-        self.warmed_up = config.ppo.critic_warmup_iters == 0 or not config.algo.critic
+        self.update = self.global_step = 0
+        self.warmed_up = config.ppo.critic_warmup_iters == 0 or not config.algo.critic  # no critic: none
         self.sample_rng = random.Random(config.run.seed)  # which turns go to samples.jsonl
         self.checkpoints = TrainerCheckpoints(
             self,
@@ -144,9 +141,8 @@ class Trainer:
         return prompts
 
     def _open_run(self, backend: str, reason: str, prompts: PromptBuilder) -> None:
-        """config.toml, trackers, samples file, logger (saying the setup: processes, precision, the sampler
-        ``backend`` and the ``reason`` for it), the guard and the panel's prompts: what the run writes to and
-        checks with, once its counters are known."""
+        """config.toml, trackers, samples file, logger (saying the setup, the sampler ``backend`` and the
+        ``reason`` for it), the guard and the panel's prompts: what the run writes to, once its counters are known."""
         config, accelerator = self.config, self.accelerator
         algo, ppo = config.algo, config.ppo
         if accelerator.is_main_process:
@@ -178,8 +174,7 @@ class Trainer:
                 f"{algo.advantage}: groups of {algo.group_size} envs, up to {algo.resample_attempts} resamples of "
                 f"a group without signal{skipped} (no critic)"
             )
-        # diverged weights, all-skipped updates
-        self.guard = Guard(ppo, accelerator.device, self.logger.print)
+        self.guard = Guard(ppo, accelerator.device, self.logger.print)  # diverged weights, skipped updates
         panel_env = config.panel.env_id or config.env.id
         self.panel_prompts = (
             prompts
@@ -359,8 +354,7 @@ class Trainer:
         # Resident memory: a long run's should stay flat (histories, storage, resets and logging must not grow).
         metrics["sys/rss_mb"] = resident_mb()  # the C heap's freed pages handed back first
         metrics = self._mean_over_processes(metrics, self.rollout.episode_counts)
-        if self.entropy_control is not None:  # the mean over processes: every process moves the bonus alike
-            self.entropy_control.observe(metrics.get("losses/entropy", math.nan))
+        self.entropy_bonus.observe(metrics)
         return metrics
 
     def warmup_critic(self) -> None:
@@ -421,7 +415,7 @@ class Trainer:
             "sample_rng": self.sample_rng.getstate(),
             "curriculum": self.curriculum.state_dict() if self.curriculum else None,
             "watchdog": self.watchdog.state_dict() if self.watchdog else None,
-            "entropy_coef": self.entropy_control.coef if self.entropy_control else None,
+            "entropy_bonus": self.entropy_bonus.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any], env_states: list[Any]) -> None:
@@ -437,16 +431,14 @@ class Trainer:
         self.envs.set_attr("replay_state", env_states)  # replays each sub-env's episode (seed + actions)
         self.storage.load_state_dict(state["storage"])
         self.rollout.load_state_dict(state["rollout"])
-        self.update = state["update"]
-        self.global_step = state["global_step"]
-        self.warmed_up = state["warmed_up"]
+        for counter in ("update", "global_step", "warmed_up"):
+            setattr(self, counter, state[counter])
         self.rollout.prompts.cuts = state["prompt_cuts"]
         version, internal, gauss = state["sample_rng"]
         self.sample_rng.setstate((version, tuple(internal), gauss))
         if self.watchdog is not None and state.get("watchdog"):
             self.watchdog.load_state_dict(state["watchdog"])
-        if self.entropy_control is not None and state.get("entropy_coef") is not None:
-            self.entropy_control.coef = state["entropy_coef"]
+        self.entropy_bonus.load_state_dict(state.get("entropy_bonus"))
 
     def env_states(self) -> list[Any]:
         return list(self.envs.call("replay_state"))
@@ -492,14 +484,8 @@ class Trainer:
             temperature=self.config.sampling.temperature,
             train_actor=train_actor,
             limit=limit,
-            entropy_coef=self._entropy_coef(),
+            entropy_coef=self.entropy_bonus.coef_after(self.update),
         )
-
-    def _entropy_coef(self) -> float:
-        """The entropy bonus of the next update: the controller's, or the schedule's."""
-        if self.entropy_control is not None:
-            return self.entropy_control.coef
-        return self.config.ppo.entropy_coef_after(self.update)
 
     def _batch_turns(self) -> int:
         """Turns played in this update over all processes (whole-episode batches vary in length; a group played

@@ -49,6 +49,7 @@ if TYPE_CHECKING:  # the bundle's type only: the loss does not depend on how the
     from verlog.ppo.build import Models
 
 __all__ = [
+    "EntropyBonus",
     "clip_gradients",
     "explained_variance",
     "marker_ids",
@@ -132,7 +133,7 @@ def ppo_update(
     which needs one per model). ``train_actor=False`` trains the critic alone (critic pre-training);
     ``limit`` trains on a random subset of that many turns; each epoch cuts the turns into
     ``num_minibatches`` minibatches (one optimiser step each). ``entropy_coef`` replaces the config's for this
-    update (the schedule's value, :meth:`PPOConfig.entropy_coef_after`).
+    update (:meth:`EntropyBonus.coef_after`).
     """
     if entropy_coef is not None:
         config = dataclasses.replace(config, entropy_coef=entropy_coef)
@@ -190,6 +191,49 @@ def ppo_update(
         metrics["charts/entropy_coef"] = config.entropy_coef
     metrics.update({"losses/skipped_steps": float(skipped), "losses/optimizer_steps": float(steps)})
     return metrics
+
+
+#: Bounds of an adapted entropy coefficient: above 1 the bonus outweighs a whitened advantage on every token, and
+#: from under 1e-5 it would take many updates to climb back.
+MIN_ENTROPY_COEF, MAX_ENTROPY_COEF = 1e-5, 1.0
+
+
+class EntropyBonus:
+    """The entropy coefficient of each update: ``ppo.entropy_coef``'s schedule, or, with ``ppo.entropy_target``,
+    a coefficient adapted to a target entropy as the adaptive KL controller (Ziegler et al., 2019) adapts its KL
+    coefficient. Why: a fixed bonus is too weak late (a policy that finds one answer that pays often collapses onto
+    it and drops every other skill: SmolLM2 on Crafter, docs/log.md) or too strong early; a target names what is
+    wanted, the entropy kept, in the units logged (``losses/entropy``, nats per response token).
+
+    After each update the coefficient is multiplied by ``exp(rate * e)``, ``e = clip((target - entropy) / target,
+    -1, 1)``: at most a factor ``exp(rate)`` an update, whatever one batch's entropy is. The coefficient is in
+    the trainer's checkpointed state, so a resumed run goes on with the same bonus.
+    """
+
+    def __init__(self, ppo: PPOConfig) -> None:
+        self.ppo = ppo
+        self.coef = ppo.entropy_coef  # the adapted coefficient, with a target
+
+    def coef_after(self, updates: int) -> float:
+        """The bonus of the update after ``updates`` are done."""
+        return self.coef if self.ppo.entropy_target > 0 else self.ppo.entropy_coef_after(updates)
+
+    def observe(self, metrics: dict[str, float]) -> float:
+        """Adapt after an update, from its metrics averaged over the processes (so every process moves alike);
+        an update without a finite entropy (every optimiser step skipped) leaves the coefficient as it was."""
+        entropy, target = metrics.get("losses/entropy", math.nan), self.ppo.entropy_target
+        if target > 0 and math.isfinite(entropy):
+            error = max(-1.0, min(1.0, (target - entropy) / target))
+            rate = self.ppo.entropy_target_rate
+            self.coef = min(MAX_ENTROPY_COEF, max(MIN_ENTROPY_COEF, self.coef * math.exp(rate * error)))
+        return self.coef
+
+    def state_dict(self) -> dict[str, float]:
+        return {"coef": self.coef}
+
+    def load_state_dict(self, state: dict[str, float] | None) -> None:
+        if state:  # a checkpoint from before the adaptive bonus holds none
+            self.coef = state["coef"]
 
 
 #: The reading loss's parts are sums over the turns that have a target, so they are averaged over those turns

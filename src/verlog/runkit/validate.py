@@ -44,10 +44,7 @@ def validate(config: Config, resume: str | Path | None = None) -> None:
 def problems(config: Config, resume: str | Path | None = None) -> list[str]:
     """Every problem of ``config`` as one line naming its key, in the order of the sections."""
     found = [*_numbers(config), *_sizes(config), *_model(config), *_sampling(config), *_algo(config)]
-    found += _trackers(config)
-    found += _env(config)
-    found += _curriculum(config)
-    found += [*_watchdog(config), *_panel(config)]
+    found += [*_trackers(config), *_env(config), *_curriculum(config), *_watchdog(config), *_panel(config)]
     model = config.model
     if not (model.build or model.build_tiny) and model.path:
         found += _model_path("model.path", model.path)
@@ -89,7 +86,7 @@ def _numbers(config: Config) -> Iterator[str]:
             if isinstance(value, float) and not math.isfinite(value):
                 yield f"{section.name}.{field.name} must be a finite number, got {value}"
     ppo, run = config.ppo, config.run
-    for key in ("actor_lr", "critic_lr"):
+    for key in ("actor_lr", "critic_lr", "entropy_target_rate"):
         value = getattr(ppo, key)
         if math.isfinite(value) and not value > 0:
             yield f"ppo.{key} must be > 0, got {value}"
@@ -103,15 +100,10 @@ def _numbers(config: Config) -> Iterator[str]:
         yield f"ppo.reading_coef must be >= 0 (0 = no reading loss), got {ppo.reading_coef}"
     if ppo.reading_coef > 0 and not (ppo.reading_after.strip() and config.sampling.constrain == "actions"):
         yield 'ppo.reading_coef > 0 needs ppo.reading_after (the prompt word whose next token is the target; Crafter: "face") and sampling.constrain = "actions" (the target is a word the answer may not use; free answers would learn to say it): set both, or ppo.reading_coef=0'
-    if ppo.entropy_anneal_updates < 0 or ppo.entropy_coef_final < 0:
-        yield f"ppo.entropy_anneal_updates and ppo.entropy_coef_final must be >= 0, got {ppo.entropy_anneal_updates} and {ppo.entropy_coef_final}"
-    if ppo.entropy_target < 0:
-        yield f"ppo.entropy_target must be >= 0 (nats per response token; 0 = a fixed entropy bonus), got {ppo.entropy_target}"
-    if ppo.entropy_target > 0:
-        if ppo.entropy_coef <= 0 or ppo.entropy_target_rate <= 0:
-            yield f"ppo.entropy_target needs ppo.entropy_coef > 0 (the bonus it starts from and multiplies) and ppo.entropy_target_rate > 0, got {ppo.entropy_coef} and {ppo.entropy_target_rate}"
-        if ppo.entropy_anneal_updates > 0:
-            yield "ppo.entropy_target and ppo.entropy_anneal_updates both set the entropy bonus: keep one (ppo.entropy_anneal_updates=0 to adapt to the target)"
+    if min(ppo.entropy_anneal_updates, ppo.entropy_coef_final, ppo.entropy_target) < 0:
+        yield f"ppo.entropy_anneal_updates, ppo.entropy_coef_final and ppo.entropy_target must be >= 0 (0 = off), got {ppo.entropy_anneal_updates}, {ppo.entropy_coef_final} and {ppo.entropy_target}"
+    if ppo.entropy_target > 0 and (ppo.entropy_coef <= 0 or ppo.entropy_anneal_updates > 0):
+        yield f"ppo.entropy_target adapts the bonus from ppo.entropy_coef: it needs ppo.entropy_coef > 0 (where it starts) and no schedule beside it (ppo.entropy_anneal_updates=0), got {ppo.entropy_coef} and {ppo.entropy_anneal_updates}"
     milestones = ppo.actor_lr_milestones
     if any(m < 1 for m in milestones) or list(milestones) != sorted(set(milestones)):
         yield f"ppo.actor_lr_milestones must be increasing update numbers >= 1, got {list(milestones)}"
