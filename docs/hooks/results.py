@@ -1407,16 +1407,10 @@ RENDERERS: dict[str, Callable[[], str]] = {
 }
 
 #: The SmolLM2 Crafter recipes on the results page (``learn_crafter_real<suffix>.json``): the preset and each attempt
-#: get a table of the judged figures and one of the achievements.
-CRAFTER_REAL_SUFFIXES = (
-    "",
-    "_short",
-    "_reading",
-    "_potential",
-    "_routine",
-    "_anchor",
-    "_light_anchor",
-    "_saplings",
+#: get a table of the judged figures and one of the achievements, read off the results folder so that a new
+#: attempt's file needs no line here.
+CRAFTER_REAL_SUFFIXES = tuple(
+    sorted(path.stem.removeprefix("learn_crafter_real") for path in RESULTS.glob("learn_crafter_real*.json"))
 )
 for _suffix in CRAFTER_REAL_SUFFIXES:
     RENDERERS[f"crafter_real{_suffix}"] = functools.partial(crafter, f"learn_crafter_real{_suffix}.json")
