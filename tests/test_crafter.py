@@ -222,6 +222,29 @@ def test_sleeping_sentence_and_options() -> None:
     assert len(text.split("You see:\n")[1].split("\n\n")[0].split("\n")) == 9 * 7 - 1
 
 
+def test_achievements_so_far_are_shown_only_when_asked() -> None:
+    """``describe_achievements`` tells a memoryless policy what it has already done this episode, in Crafter's
+    order, and a new episode starts from none; BALROG's text (the default) has no such sentence."""
+    env = make(describe_achievements=True)
+    text, _ = env.reset(seed=5)
+    assert "\n\nNo achievement yet.\n\n" in text
+    player, world = env._env._player, env._env._world
+    player.inventory["energy"] = 8
+    env.step("Sleep")
+    for _ in range(40):
+        text, *_, info = env.step("Noop")
+        if info["achievements"]["wake_up"]:
+            break
+    assert "\n\nAchievements so far: wake up.\n\n" in text
+    x, y = (int(v) for v in player.pos)
+    player.inventory["sapling"], player.facing = 1, (1, 0)
+    _clear(world, (x + 1, y), "grass")
+    text, *_ = env.step("Place Plant")
+    assert "Achievements so far: place plant, wake up." in text  # Crafter's order, not the order unlocked
+    assert "No achievement yet." in env.reset(seed=6)[0]
+    assert "chievement" not in make().reset(seed=5)[0]
+
+
 # ----------------------------------------------------------------------------- determinism
 
 

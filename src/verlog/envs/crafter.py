@@ -191,6 +191,8 @@ class CrafterTextEnv(TextEnv):
         unique_items: list only the nearest instance of each kind (BALROG's default); else every cell.
         precise_location: ``1 step north and 2 steps west`` instead of ``3 steps to your north-west``.
         describe_daylight: add ``It is day.`` / ``It is night.`` (not in BALROG's text).
+        describe_achievements: add the episode's achievements so far (not in BALROG's text): with no history in
+            the prompt, the only way a policy can know it has already planted and should go for a tree.
         novelty_bonus: training shaping, count-based exploration: added to the reward the first time in an
             episode the player stands on a cell (0: crafter's reward alone); ``info["cells_visited"]`` counts them.
         achievement_rewards: training shaping, breadth: the reward for each named achievement's first unlock in an
@@ -317,6 +319,7 @@ class CrafterTextEnv(TextEnv):
         unique_items: bool = True,
         precise_location: bool = False,
         describe_daylight: bool = False,
+        describe_achievements: bool = False,
         novelty_bonus: float = 0.0,
         achievement_rewards: Mapping[str, float] | None = None,
         inventory_potential: Mapping[str, float] | None = None,
@@ -343,6 +346,7 @@ class CrafterTextEnv(TextEnv):
         self.unique_items = bool(unique_items)
         self.precise_location = bool(precise_location)
         self.describe_daylight = bool(describe_daylight)
+        self.describe_achievements = bool(describe_achievements)
         self.shaping = CrafterShaping.of(
             achievements=ACHIEVEMENTS,
             achievement_rewards=achievement_rewards,
@@ -447,6 +451,9 @@ class CrafterTextEnv(TextEnv):
         ]
         if self.describe_daylight:
             parts.append("It is day." if self._env._world.daylight >= 0.5 else "It is night.")
+        if self.describe_achievements:
+            done = [name.replace("_", " ") for name in ACHIEVEMENTS if player.achievements[name] > 0]
+            parts.append(f"Achievements so far: {', '.join(done)}." if done else "No achievement yet.")
         if player.sleeping:
             parts.append("You are sleeping, and will not be able to take actions until your energy is full.")
         elif player.health <= 0:
