@@ -83,7 +83,7 @@ ABLATION = ("verlog", "no-bootstrap", "no-warmup", "grpo", "gigpo")
 CURVE_KEYS = (
     "update", "global_step", "charts/episodic_return", "charts/episodic_length", "env/progression",
     "charts/episodes", "charts/episodes_running", "charts/episodes_truncated", "env/invalid_action_rate",
-    "env/prompt_cuts", "sys/rss_mb", "time/total", "losses/entropy", "charts/entropy_coef",
+    "env/prompt_cuts", "sys/rss_mb", "sys/peak_rss_mb", "time/total", "losses/entropy", "charts/entropy_coef",
 )  # fmt: skip
 
 

@@ -13,7 +13,7 @@ the figures: publish a figure measured on idle cores only (a load under 0.5 at t
 to three minutes for the load to fall there, so back-to-back runs do not inherit each other's load).
 
 Writes ``benchmarks/results/training.json``: one entry per preset and overrides (the latest run of each, keyed
-``"<preset> <overrides>"``), with the machine and the largest resident memory an update logged.
+``"<preset> <overrides>"``), with the machine, the largest resident memory logged between updates and the process's high-water mark.
 ``nox -s bench_training -- ppo.share_prompt_prefix=true`` measures a speed lever beside the preset as it is;
 ``nox -s bench_trunk_cache`` measures the SmolLM2 Crafter preset without ``ppo.trunk_cache``, with it, and with
 ``ppo.trunk_critic`` as well, one after the other.
@@ -62,7 +62,8 @@ def measure(config: Any) -> dict[str, Any]:
         "turns_per_s": turns / seconds,
         "update_s": seconds / len(records),
         "phases_s": {p: sum(r.get(f"time/{p}", 0.0) for r in records) / len(records) for p in PHASES},
-        "rss_mb_max": max(r.get("sys/rss_mb", 0.0) for r in records),
+        "rss_mb_max": max(r.get("sys/rss_mb", 0.0) for r in records),  # between updates
+        "peak_rss_mb": max(r.get("sys/peak_rss_mb", 0.0) for r in records),  # inside one included
         "trunk_cache_mb_max": max(r.get("sys/trunk_cache_mb", 0.0) for r in records),
     }
 

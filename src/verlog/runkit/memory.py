@@ -6,6 +6,10 @@ heap fragments: a SmolLM2 run's resident memory grew ~80 MB an update, ~27 with 
 each update returns every free page of the heap to the system, so the memory logged per update is what the run
 holds. (Most of the rest was oneDNN's kernel cache, one per batch shape: ``ppo.pad_to_multiple``.) Elsewhere (macOS, musl)
 there is nothing to trim and the figure is the plain resident size.
+
+That figure is taken between updates, when the update's activations and gradients are gone; the most the process
+ever held (the kernel's high-water mark, :func:`peak_resident_mb`) is logged beside it, since that is what a
+machine must have.
 """
 
 from __future__ import annotations
@@ -13,11 +17,13 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import resource
+import sys
 from collections.abc import Callable
 
 import psutil  # accelerate's dependency
 
-__all__ = ["resident_mb", "trim_heap"]
+__all__ = ["peak_resident_mb", "resident_mb", "trim_heap"]
 
 
 @functools.cache
@@ -43,3 +49,9 @@ def resident_mb() -> float:
     """This process's resident memory in MiB, after :func:`trim_heap`."""
     trim_heap()
     return psutil.Process().memory_info().rss / 2**20
+
+
+def peak_resident_mb() -> float:
+    """The most resident memory this process has held since it started, in MiB (``getrusage``'s high-water mark)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 2**10  # bytes on macOS, KiB on Linux
