@@ -46,7 +46,7 @@ from verlog.runkit.distributed import (
 from verlog.runkit.faults import Diverged, Guard
 from verlog.runkit.folder import CONFIG_FILE, discard_if_refused, latest_checkpoint, mark_best, new_run_dir
 from verlog.runkit.logger import RunLogger, flat_hyperparameters, tracker_init_kwargs
-from verlog.runkit.memory import peak_resident_mb, resident_mb
+from verlog.runkit.memory import memory_metrics
 from verlog.runkit.samples import SampleWriter, decoded_samples, pick_turns
 from verlog.runkit.stop import EarlyStop
 from verlog.runkit.watchdog import Watchdog
@@ -351,9 +351,8 @@ class Trainer:
         metrics["charts/turns_per_s"] = batch / elapsed
         metrics["charts/tokens_per_s"] = metrics["charts/generated_tokens"] / elapsed
         metrics["charts/temperature"] = cfg.sampling.temperature
-        # Resident memory: a long run's should stay flat (histories, storage, resets and logging must not grow).
-        metrics["sys/rss_mb"] = resident_mb()  # the C heap's freed pages handed back first
-        metrics["sys/peak_rss_mb"] = peak_resident_mb()  # the high-water mark, inside an update included
+        # Resident memory between updates (should stay flat over a long run) and the high-water mark inside one.
+        metrics.update(memory_metrics())
         metrics = self._mean_over_processes(metrics, self.rollout.episode_counts)
         self.entropy_bonus.observe(metrics)
         return metrics

@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 import psutil  # accelerate's dependency
 
-__all__ = ["peak_resident_mb", "resident_mb", "trim_heap"]
+__all__ = ["memory_metrics", "peak_resident_mb", "resident_mb", "trim_heap"]
 
 
 @functools.cache
@@ -55,3 +55,8 @@ def peak_resident_mb() -> float:
     """The most resident memory this process has held since it started, in MiB (``getrusage``'s high-water mark)."""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / 2**20 if sys.platform == "darwin" else peak / 2**10  # bytes on macOS, KiB on Linux
+
+
+def memory_metrics() -> dict[str, float]:
+    """What an update logs: the resident memory between updates (trimmed) and the high-water mark, inside one."""
+    return {"sys/rss_mb": resident_mb(), "sys/peak_rss_mb": peak_resident_mb()}
