@@ -73,6 +73,17 @@ def test_nethack_stalling_truncates_with_no_progression() -> None:
     env.close()
 
 
+def test_the_moon_comes_from_the_seed_not_the_clock() -> None:
+    """NetHack takes the moon's phase from the clock (luck on a full moon, a warning on a new one); verlog's envs
+    take it from the episode's seeds, so a seed opens the same game on any night: seed 2 opens on a new moon and
+    seed 0 on an ordinary night, whatever tonight is."""
+    env = gym.make("verlog/NetHack-v0")
+    openings = {seed: env.reset(seed=seed)[0] for seed in (0, 2)}
+    env.close()
+    assert "New moon tonight" in openings[2]
+    assert "moon tonight" not in openings[0]
+
+
 def test_progression_tables_are_balrogs() -> None:
     assert len(PROGRESSION_DLVL) == 50 and len(PROGRESSION_XP) == 30
     assert PROGRESSION_DLVL[0] == PROGRESSION_XP[0] == 0.0

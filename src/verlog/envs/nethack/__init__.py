@@ -32,8 +32,10 @@ Facts relied on (BALROG af7d1f1, its ``balrog-nle`` 0.9.0 translator, ``nle`` 1.
 * **Seeding.** nle 1.3.0 seeds only gymnasium's generator at ``reset(seed=)`` and NetHackChallenge refuses
   ``seed()``; verlog draws NetHack's core and display seeds from ``self.np_random`` and sets them through the
   class-level ``set_initial_seeds`` (MiniHack: ``seed(core, disp, reseed=False)``), so ``reset(seed=s)``
-  fixes the episode. Pickling replays the episode's raw actions from its seeds (NLE's C state is not
-  picklable).
+  fixes the episode; the moon's phase, Friday the 13th, night and midnight come from those seeds too (NLE's
+  ``fix_moon_phase``; BALROG reads them from the clock), so a seed gives one game on any night. Still from the
+  clock in nle 1.3.0: the hero's birthday, which names shopkeepers and labels scrolls. Pickling replays the
+  episode's raw actions from its seeds (NLE's C state is not picklable).
 
 What differs from BALROG: the translator is Python, not the compiled ``nle_language_obsv`` (which comes only
 inside ``balrog-nle``, an NLE 0.9 fork that installs its own ``nle`` package and pins gym 0.23), so object

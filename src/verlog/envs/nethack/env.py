@@ -15,6 +15,10 @@ from verlog.envs.registration import MINIHACK_TASKS
 __all__ = ["MINIHACK_TASKS", "MiniHackTextEnv", "NetHackTextEnv", "PROGRESSION_DLVL", "PROGRESSION_XP"]
 
 _OBS_KEYS = ("glyphs", "blstats", "tty_chars", "tty_cursor", "inv_letters", "inv_strs")
+#: Every NLE game verlog makes: the observation it reads, and the moon, Friday the 13th, night and midnight taken
+#: from the episode's seeds, not the machine's clock (NLE's ``fix_moon_phase``), so a seed gives one game on any
+#: night (on a full moon NetHack raises the hero's luck; on a new moon it warns of cockatrices).
+_NLE_DEFAULTS: dict[str, Any] = {"observation_keys": _OBS_KEYS, "fix_moon_phase": True}
 _COMPASS = {"N": "north", "E": "east", "S": "south", "W": "west"}
 _COMPASS.update({"NE": "northeast", "SE": "southeast", "SW": "southwest", "NW": "northwest"})
 
@@ -83,7 +87,7 @@ class _NLETextEnv(TextEnv):
     nle_id: str = ""
 
     def __init__(self, *, max_steps: int, nle_kwargs: dict[str, Any] | None = None, **kwargs: Any) -> None:
-        self._nle_kwargs = {"observation_keys": _OBS_KEYS, **(nle_kwargs or {})}
+        self._nle_kwargs = {**_NLE_DEFAULTS, **(nle_kwargs or {})}
         self.max_steps = int(max_steps)
         self._game = self._make_game()
         self._index = {action: i for i, action in enumerate(self._game.unwrapped.actions)}
@@ -296,7 +300,7 @@ class MiniHackTextEnv(_NLETextEnv):
         self.nle_id = f"MiniHack-{task}-v0"
         nle_kwargs = {"penalty_step": -0.01, "penalty_time": 0.0, "penalty_mode": "constant"}
         nle_kwargs.update(autopickup=False, max_episode_steps=10**9)
-        self._nle_kwargs = {"observation_keys": _OBS_KEYS, **nle_kwargs}
+        self._nle_kwargs = {**_NLE_DEFAULTS, **nle_kwargs}
         names = _names_by_value()
         game = self._make_game()
         table = {}
