@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import subprocess
+import sys
 
 import pytest
 
@@ -34,3 +36,44 @@ def test_freed_heap_pages_go_back_before_the_figure_is_taken() -> None:
     assert peak_resident_mb() - start > 150  # what the machine had to have is still reported
     for block in small:
         libc.free(block)
+
+
+_SLIDING = """
+import ctypes, ctypes.util, sys
+import psutil
+from verlog.runkit.memory import map_large_blocks
+if sys.argv[1] != "0":
+    assert map_large_blocks(int(sys.argv[1]))
+libc = ctypes.CDLL(ctypes.util.find_library("c"))
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+mb = lambda: psutil.Process().memory_info().rss / 2**20
+first = libc.malloc(8 << 20)  # a block the size of a batch's activations, mapped, then freed
+libc.free(first)
+start, blocks = mb(), []
+for _ in range(200):  # 200 MB in 1 MiB blocks
+    blocks.append(libc.malloc(1 << 20))
+    ctypes.memset(blocks[-1], 1, 1 << 20)
+held = mb() - start
+for block in blocks[::2]:  # every other one: holes between blocks still in use
+    libc.free(block)
+print(held, mb() - start)
+"""
+
+
+@pytest.mark.parametrize("threshold_kib", [0, 512])
+def test_a_fixed_map_threshold_hands_freed_blocks_back_at_once(threshold_kib: int) -> None:
+    """glibc's default raises its map threshold when a mapped block is freed, so the 1 MiB blocks after an
+    8 MiB one come from the heap, and freeing every other one leaves holes that stay resident (until a trim);
+    with ``run.heap_map_kib`` the threshold stays put, each block has a mapping of its own and freeing it hands
+    it back. A fresh process each, since the setting lasts for the process."""
+    if trim_heap() is False:
+        pytest.skip("no glibc malloc here (not Linux/glibc): nothing to set")
+    out = subprocess.run([sys.executable, "-c", _SLIDING, str(threshold_kib)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    held, after_free = (float(x) for x in out.stdout.split())
+    assert held > 150
+    if threshold_kib:
+        assert after_free < held - 80  # half of it handed back
+    else:
+        assert after_free > held - 20

@@ -46,7 +46,7 @@ from verlog.runkit.distributed import (
 from verlog.runkit.faults import Diverged, Guard
 from verlog.runkit.folder import CONFIG_FILE, discard_if_refused, latest_checkpoint, mark_best, new_run_dir
 from verlog.runkit.logger import RunLogger, flat_hyperparameters, tracker_init_kwargs
-from verlog.runkit.memory import memory_metrics
+from verlog.runkit.memory import map_large_blocks, memory_metrics
 from verlog.runkit.samples import SampleWriter, decoded_samples, pick_turns
 from verlog.runkit.stop import EarlyStop
 from verlog.runkit.watchdog import Watchdog
@@ -62,8 +62,8 @@ class Trainer:
         algo = config.algo
         if not algo.critic:  # resolved once, so config.toml (and a resume) records the group size used
             algo.group_size = algo.groups_of(config.env.num_envs)
-        if config.run.torch_threads:
-            torch.set_num_threads(config.run.torch_threads)
+        torch.set_num_threads(config.run.torch_threads or torch.get_num_threads())  # 0: torch's default
+        map_large_blocks(config.run.heap_map_kib)  # 0: glibc's default
         lora = lora_spec(config.model)
         self._start_processes(resume, lora)
         with discard_if_refused(self.run_dir, resume is None and self.accelerator.is_main_process):

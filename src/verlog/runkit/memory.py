@@ -23,26 +23,44 @@ from collections.abc import Callable
 
 import psutil  # accelerate's dependency
 
-__all__ = ["memory_metrics", "peak_resident_mb", "resident_mb", "trim_heap"]
+__all__ = ["map_large_blocks", "memory_metrics", "peak_resident_mb", "resident_mb", "trim_heap"]
+
+#: glibc's ``mallopt`` parameter for the size from which ``malloc`` gives a block a mapping of its own (malloc.h).
+_M_MMAP_THRESHOLD = -3
 
 
 @functools.cache
-def _malloc_trim() -> Callable[[int], int] | None:
-    """glibc's ``malloc_trim``, or None where the C library has none."""
+def _glibc(function: str) -> Callable[..., int] | None:
+    """One of glibc's ``malloc`` controls (``malloc_trim``, ``mallopt``), or None where the C library has none."""
     name = ctypes.util.find_library("c")
     try:
-        return ctypes.CDLL(name).malloc_trim if name else None
+        return getattr(ctypes.CDLL(name), function) if name else None
     except (OSError, AttributeError):
         return None
 
 
 def trim_heap() -> bool:
     """Hand the C heap's free pages back to the system; False where there is no glibc to ask."""
-    trim = _malloc_trim()
+    trim = _glibc("malloc_trim")
     if trim is None:
         return False
     trim(0)
     return True
+
+
+def map_large_blocks(threshold_kib: int) -> bool:
+    """Give every allocation of ``threshold_kib`` KiB or more a mapping of its own, handed back when it is freed.
+
+    glibc starts at 128 KiB but raises its threshold each time such a block is freed (up to 32 MiB), so a run's
+    activation-sized tensors soon come from the heap, where a block freed between two in use stays resident
+    until the next trim. A SmolLM2 run's high-water mark climbed ~1.7 GB over its first 20 updates while the
+    figure taken after the trim rose 0.5. A fixed threshold stops the sliding. 0 leaves glibc's default; False
+    where there is no glibc.
+    """
+    mallopt = _glibc("mallopt")
+    if threshold_kib <= 0 or mallopt is None:
+        return False
+    return bool(mallopt(_M_MMAP_THRESHOLD, int(threshold_kib) * 1024))
 
 
 def resident_mb() -> float:
