@@ -81,7 +81,7 @@ class RunConfig:
     """CPU threads of torch (0 = torch's default; 1 is fastest for tiny models on a busy machine)."""
     heap_map_kib: int = 0
     """Allocations of this many KiB or more get a mapping of their own, returned when freed (glibc's
-    ``M_MMAP_THRESHOLD``, fixed); 0 = glibc's sliding default. Stops a long CPU run's high-water mark climbing."""
+    ``M_MMAP_THRESHOLD``, fixed); 0 = glibc's sliding default. Lowers a CPU run's high-water mark, costs speed."""
     collective_timeout: float = 600.0
     """Seconds a process waits for the others in a collective before it reports a lost machine and stops."""
     eval_every: int = 0
