@@ -28,7 +28,6 @@ import argparse
 import datetime as dt
 import json
 import math
-import resource
 import statistics
 import subprocess
 import sys
@@ -41,6 +40,7 @@ from typing import Any
 from benchmarks.common import RESULTS, ROOT, mean_se
 from verlog.quiet import attach_run_log, quiet_console
 from verlog.runkit.folder import METRICS_FILE
+from verlog.runkit.memory import peak_resident_mb
 from verlog.runkit.validate import validate
 
 MAX_TURNS = 24
@@ -100,7 +100,7 @@ def run_one(method: str, seed: int, turns: int, config: Path, out: Path, overrid
         "turns": trainer.global_step,
         "updates": trainer.update,
         "wall_s": time.perf_counter() - started,
-        "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "max_rss_mb": peak_resident_mb(),
         "critic": critic is not None,
         "critic_params": 0 if critic is None else sum(p.numel() for p in critic.parameters()),
         "actor_params": sum(p.numel() for p in trainer.learner.models.actor.parameters()),
